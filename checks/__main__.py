@@ -1,0 +1,3 @@
+from kvspec.checks.cli import main
+
+raise SystemExit(main())

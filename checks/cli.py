@@ -1,0 +1,197 @@
+"""The `kvspec` command line: explain (the spec on one scenario), verify (the proofs), bench.
+
+User mistakes exit 2 with one line naming the violated rule; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from kvspec.spec.errors import SpecError
+from kvspec.spec.geometry import Geometry, Group, Parallel
+from kvspec.spec.presets import PRESETS, get_preset
+from kvspec.spec.scenario import (Outcome, Scenario, StoredRequest, decode_objects, decode_scenario, encode_error,
+                                  encode_outcome, evaluate_scenario)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        _die("cli-usage", message)
+
+
+def _die(rule: str, message: str) -> NoReturn:
+    print(f"kvspec: error: {rule}: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _parse_group(text: str) -> Group:
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "eagle"):
+        raise SpecError("group-syntax", f"--group takes KIND:BLOCK[:eagle], got {text!r}")
+    try:
+        block = int(parts[1])
+    except ValueError:
+        raise SpecError("group-syntax", f"block size of --group {text!r} is not an integer") from None
+    return Group(kind=parts[0], block_size=block, eagle=len(parts) == 3)
+
+
+def _geometry(args: argparse.Namespace) -> Geometry:
+    if args.preset:
+        base = get_preset(args.preset)
+        groups = tuple(_parse_group(g) for g in args.group) if args.group else base.groups
+        return Geometry(unit=args.unit if args.unit is not None else base.unit, groups=groups,
+                        parallel=Parallel(dcp=args.dcp if args.dcp is not None else base.parallel.dcp,
+                                          interleave=base.parallel.interleave, pcp=base.parallel.pcp),
+                        retention=args.retention or base.retention)
+    if not args.group:
+        raise SpecError("groups-nonempty", "give --preset or at least one --group KIND:BLOCK[:eagle]")
+    return Geometry(unit=args.unit if args.unit is not None else 1, groups=tuple(_parse_group(g) for g in args.group),
+                    parallel=Parallel(dcp=args.dcp if args.dcp is not None else 1),
+                    retention=args.retention or "replay")
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as f:
+            return json.load(f)
+    except OSError as exc:
+        raise SpecError("input-file", f"cannot read {path}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpecError("stored-json", f"{path} is not valid JSON: {exc}") from None
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    geometry = _geometry(args)
+    if args.prompt is None:
+        raise SpecError("scenario", "--prompt N (the lookup request's length) is required")
+    rule = "legacy" if args.legacy_tail_key else "fixed"
+    if args.stored_json is not None:
+        if args.stored_prompt is not None or args.shared is not None:
+            raise SpecError("scenario", "--stored-json excludes --stored-prompt and --shared")
+        return Scenario(geometry=geometry, prompt=args.prompt, objects=decode_objects(_read_json(args.stored_json)),
+                        rule=rule)
+    if args.stored_prompt is None:
+        raise SpecError("scenario", "give --stored-prompt P or --stored-json FILE")
+    shared = args.shared if args.shared is not None else min(args.stored_prompt, args.prompt)
+    return Scenario(geometry=geometry, prompt=args.prompt,
+                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared),), rule=rule)
+
+
+def format_table(scenario: Scenario, outcome: Outcome) -> str:
+    """Return the readable explanation of one scenario."""
+    d = encode_outcome(scenario, outcome)
+    geo = d["geometry"]
+    out = [f"geometry: D={geo['dcp']} u={geo['unit']} L={geo['lcm_span']} fine={geo['fine']} "
+           f"a={geo['alignment']} retention={geo['retention']}  tail rule: {scenario.rule}"]
+    out.append("  group  kind       block  span   eagle  stored boundaries (present in E)")
+    for g in geo["groups"]:
+        ts = [o["boundary"] for o in d["stored"] if o["group"] == g["id"]]
+        out.append(f"  {g['id']:<5}  {g['kind']:<9}  {g['block_size']:<5}  {g['span']:<5}  "
+                   f"{'yes' if g['eagle'] else 'no':<5}  {ts if ts else '-'}")
+    out.append(f"lookup: N={scenario.prompt}")
+    if outcome.lookup is not None:
+        for s in outcome.lookup.steps:
+            what = (f"find  bound {s.bound}" + (f" peek {s.search_bound}" if s.search_bound != s.bound else "")
+                    + (" eagle-drop" if s.eagle_drop else "")) if s.action == "find" else f"cap   at {s.bound}"
+            rnd = " (N-1 re-derivation)" if s.round else ""
+            out.append(f"  pass {s.pass_no}{rnd}: spec group {s.spec_group} {list(s.members)}: {what} -> {s.result}")
+    out.append(f"hit length: {d['hit_length']}")
+    if d["error"]:
+        out.append(f"error: {d['error']['rule']}: {d['error']['message']}")
+    out.append("tail boundaries: " + (", ".join(f"group {t['group']} @ {t['boundary']}" for t in d["tail_boundaries"])
+                                      or "none (h = 0)"))
+    out.append("load plan (whole physical blocks; only [0, h) counts as computed):")
+    out.append("  group  block  tokens            key boundary  present")
+    for e in d["load"]:
+        span = f"[{e['start']}, {e['end']})"
+        out.append(f"  {e['group']:<5}  {e['block']:<5}  {span:<16}  "
+                   f"{e['key_boundary']:<12}  {'yes' if e['present'] else 'NO (-704 at load)'}")
+    if not d["load"]:
+        out.append("  (nothing to load)")
+    return "\n".join(out)
+
+
+def _run_scenarios(path: str) -> int:
+    try:
+        stream = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    except OSError as exc:
+        _die("input-file", f"cannot read {path}: {exc.strerror or exc}")
+    write = sys.stdout.write
+    with stream:
+        for lineno, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                try:
+                    raw = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise SpecError("scenario-json", f"line {lineno} is not valid JSON: {exc}") from None
+                sc = decode_scenario(raw)
+                result = encode_outcome(sc, evaluate_scenario(sc))
+            except SpecError as err:
+                result = encode_error(err)
+            write(json.dumps(result, separators=(",", ":")) + "\n")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    if args.scenarios is not None:
+        return _run_scenarios(args.scenarios)
+    sc = _scenario(args)
+    outcome = evaluate_scenario(sc)
+    if args.json:
+        print(json.dumps(encode_outcome(sc, outcome), indent=2))
+    else:
+        print(format_table(sc, outcome))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the kvspec command."""
+    p = _Parser(prog="kvspec", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    e = sub.add_parser("explain", help="run the spec on one scenario (or a JSON-lines file of them)")
+    e.add_argument("--preset", choices=sorted(PRESETS))
+    e.add_argument("--dcp", type=int)
+    e.add_argument("--unit", type=int)
+    e.add_argument("--group", action="append", default=[], metavar="KIND:BLOCK[:eagle]")
+    e.add_argument("--retention", choices=["replay", "dense"])
+    e.add_argument("--stored-prompt", type=int)
+    e.add_argument("--prompt", type=int)
+    e.add_argument("--shared", type=int)
+    e.add_argument("--stored-json", metavar="FILE")
+    e.add_argument("--legacy-tail-key", action="store_true")
+    e.add_argument("--scenarios", metavar="FILE")
+    e.add_argument("--json", action="store_true")
+    v = sub.add_parser("verify", help="run the proofs, exhaustive checks and mutants (make verify)")
+    v.add_argument("--json", action="store_true")
+    v.add_argument("--fast", action="store_true", help="a quick subset (seconds)")
+    b = sub.add_parser("bench", help="lookup-probe and transfer benchmarks (needs torch and mooncake)")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--quick", action="store_true")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the kvspec command line; return the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.cmd == "explain":
+            return _explain(args)
+        if args.cmd == "verify":
+            from kvspec.checks.verify import run_verify
+            return run_verify(json_out=args.json, fast=args.fast)
+        from kvspec.impl.bench import run_bench
+        return run_bench(quick=args.quick)
+    except SpecError as err:
+        _die(err.rule, err.message)
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

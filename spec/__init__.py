@@ -1,0 +1,1 @@
+"""kvspec executable spec."""

@@ -1,0 +1,167 @@
+"""Frozen geometry value types: groups, the parallel layout and the whole cache geometry.
+
+Construction validates every rule of the spec (section 1 of the spec issue) and raises
+SpecError naming the rule.  Derived quantities (span, lcm span L, fine mode, alignment a)
+are computed by functions, never stored.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from .errors import SpecError, require
+from .types import KINDS, RETENTIONS, GroupId, Rank, Tokens
+
+# Rule ids used by construction (stable: CLI output, vectors and tests name them).
+RULE_KIND = "group-kind"
+RULE_BLOCK = "block-size-positive"
+RULE_UNIT = "unit-positive"
+RULE_UNIT_DIVIDES = "unit-divides-block"
+RULE_DCP = "dcp-positive"
+RULE_PCP = "pcp-positive"
+RULE_PCP_HYBRID = "pcp-single-kind"
+RULE_INTERLEAVE = "interleave-positive"
+RULE_INTERLEAVE_DIVIDES = "interleave-divides-block"
+RULE_INTERLEAVE_HYBRID = "hybrid-dcp-interleave"
+RULE_GROUPS = "groups-nonempty"
+RULE_RETENTION = "retention"
+RULE_INT = "integer-field"
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _int_field(rule: str) -> object:
+    def check(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
+        require(_is_int(value), RULE_INT, f"{attribute.name} must be an integer, got {value!r}")
+        require(value >= 1, rule, f"{attribute.name} must be >= 1, got {value}")  # type: ignore[operator]
+
+    return check
+
+
+def _kind(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
+    require(value in KINDS, RULE_KIND, f"unknown group kind {value!r} (known: {', '.join(KINDS)})")
+
+
+def _bool(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
+    require(isinstance(value, bool), RULE_INT, f"{attribute.name} must be a bool, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Group:
+    """One KV-cache group: kind, per-rank block size b (tokens), EAGLE flag."""
+
+    kind: str = attrs.field(validator=_kind)
+    block_size: int = attrs.field(validator=_int_field(RULE_BLOCK))
+    eagle: bool = attrs.field(default=False, validator=_bool)
+
+
+@attrs.frozen(kw_only=True)
+class Parallel:
+    """The parallel layout: DCP size D, interleave I, PCP size; ranks 0..D-1 write keys."""
+
+    dcp: int = attrs.field(default=1, validator=_int_field(RULE_DCP))
+    interleave: int = attrs.field(default=1, validator=_int_field(RULE_INTERLEAVE))
+    pcp: int = attrs.field(default=1, validator=_int_field(RULE_PCP))
+
+
+@attrs.frozen(kw_only=True)
+class RankFields:
+    """The rank fields one DCP rank writes into its keys (tp, pcp, dcp, pp)."""
+
+    tp_rank: int
+    pcp_rank: int
+    dcp_rank: int
+    pp_rank: int
+
+
+@attrs.frozen(kw_only=True)
+class Geometry:
+    """The whole cache geometry: prefix-match unit u, groups (ids 0..), layout, Mamba retention."""
+
+    unit: int = attrs.field(validator=_int_field(RULE_UNIT))
+    groups: tuple[Group, ...] = attrs.field(converter=tuple)
+    parallel: Parallel = attrs.field(factory=Parallel)
+    retention: str = attrs.field(default="replay")
+
+    @groups.validator
+    def _check_groups(self, attribute: attrs.Attribute, value: tuple[Group, ...]) -> None:  # type: ignore[type-arg]
+        require(len(value) >= 1, RULE_GROUPS, "a geometry needs at least one group")
+        for g in value:
+            require(isinstance(g, Group), RULE_KIND, f"not a Group: {g!r}")
+
+    @retention.validator
+    def _check_retention(self, attribute: attrs.Attribute, value: str) -> None:  # type: ignore[type-arg]
+        require(value in RETENTIONS, RULE_RETENTION,
+                f"unknown retention {value!r} (known: {', '.join(RETENTIONS)})")
+
+    def __attrs_post_init__(self) -> None:
+        for gid, g in enumerate(self.groups):
+            require(g.block_size % self.unit == 0, RULE_UNIT_DIVIDES,
+                    f"unit {self.unit} does not divide block size {g.block_size} of group {gid}")
+        kinds = {g.kind for g in self.groups}
+        p = self.parallel
+        require(not (p.pcp > 1 and len(kinds) > 1), RULE_PCP_HYBRID,
+                f"PCP {p.pcp} > 1 is refused with more than one group kind (hybrid)")
+        require(not (p.interleave != 1 and p.dcp > 1 and len(kinds) > 1), RULE_INTERLEAVE_HYBRID,
+                f"interleave {p.interleave} != 1 is refused with DCP {p.dcp} on a hybrid geometry")
+        for gid, g in enumerate(self.groups):
+            if g.kind == "attention":
+                require(g.block_size % p.interleave == 0, RULE_INTERLEAVE_DIVIDES,
+                        f"interleave {p.interleave} does not divide block size {g.block_size} of group {gid}")
+
+
+def make_geometry(unit: int, groups: list[tuple[str, int, bool]] | tuple[Group, ...], dcp: int = 1,
+                  retention: str = "replay", interleave: int = 1, pcp: int = 1) -> Geometry:
+    """Return a validated Geometry from plain values (kind, block size, eagle) per group."""
+    gs = tuple(g if isinstance(g, Group) else Group(kind=g[0], block_size=g[1], eagle=g[2]) for g in groups)
+    return Geometry(unit=unit, groups=gs, parallel=Parallel(dcp=dcp, interleave=interleave, pcp=pcp),
+                    retention=retention)
+
+
+def compute_span(geometry: Geometry, group: GroupId) -> Tokens:
+    """Return the span s_g: b*D for attention groups, b for Mamba groups."""
+    g = geometry.groups[group]
+    return Tokens(g.block_size * geometry.parallel.dcp if g.kind == "attention" else g.block_size)
+
+
+def compute_lcm_span(geometry: Geometry) -> Tokens:
+    """Return L, the lcm of all group spans."""
+    return Tokens(math.lcm(*(compute_span(geometry, GroupId(i)) for i in range(len(geometry.groups)))))
+
+
+def is_fine(geometry: Geometry) -> bool:
+    """Return whether fine-grained hits are on: some Mamba group has (D=1, b>u) or (D>1, b>=u)."""
+    d, u = geometry.parallel.dcp, geometry.unit
+    return any(g.kind == "mamba" and ((d == 1 and g.block_size > u) or (d > 1 and g.block_size >= u))
+               for g in geometry.groups)
+
+
+def compute_alignment(geometry: Geometry) -> Tokens:
+    """Return the hit alignment a: u when fine hits are on, else L."""
+    return Tokens(geometry.unit if is_fine(geometry) else compute_lcm_span(geometry))
+
+
+def has_eagle(geometry: Geometry) -> bool:
+    """Return whether any group carries the EAGLE flag (e = 1 in the store rule)."""
+    return any(g.eagle for g in geometry.groups)
+
+
+def compute_ranks(geometry: Geometry) -> tuple[Rank, ...]:
+    """Return the DCP ranks that write and read keys: 0..D-1."""
+    return tuple(Rank(r) for r in range(geometry.parallel.dcp))
+
+
+def compute_rank_fields(geometry: Geometry, rank: Rank) -> RankFields:
+    """Return the key rank fields of DCP rank r (the DCP group is the TP group: tp_rank = r)."""
+    if not 0 <= rank < geometry.parallel.dcp:
+        raise SpecError("rank-range", f"rank {rank} outside 0..{geometry.parallel.dcp - 1}")
+    return RankFields(tp_rank=rank, pcp_rank=0, dcp_rank=rank, pp_rank=0)
+
+
+def compute_group_ids(geometry: Geometry, kind: str) -> tuple[GroupId, ...]:
+    """Return the ids of the groups of one kind, in id order."""
+    return tuple(GroupId(i) for i, g in enumerate(geometry.groups) if g.kind == kind)

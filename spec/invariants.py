@@ -1,0 +1,258 @@
+"""The invariant registry: each invariant is one named predicate over the ops shim.
+
+Two kinds of predicate:
+
+* ``arith`` — over integer variables with an explicit precondition ``pre``; Z3 proves
+  ``pre => claim`` for all integers, Hypothesis and exhaustive runs evaluate it on ints.
+* ``scenario`` — over a :class:`Witness` (the observable quantities of one lookup: h, the
+  bound, each group's span, tail block, tail boundary, tail load key and membership in E).
+  On ints the witness comes from the executable spec (:func:`compute_witness`); for Z3 it is
+  built from the closed form of the attention + Mamba lookup (``checks/closed_form.py``).
+
+Ids follow ``docs/domain.md`` section 6 (I-n) where one exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from .geometry import compute_alignment, compute_span
+from .lookup import compute_tail_block
+from .scenario import Outcome, Scenario
+from .types import GroupId
+
+MISSING = -1  # tail boundary of a group whose tail key could not be found
+
+
+@attrs.frozen(kw_only=True)
+class GroupView:
+    """What one group contributes to a witness; values are ints or Z3 terms."""
+
+    attention: bool
+    span: Any
+    tail_block: Any  # c = ceil(h/s) - 1
+    tail: Any  # B_g, or MISSING
+    tail_key: Any  # the key boundary the load uses for block c (B_g; h under the legacy rule)
+    has: Callable[[Any], Any]  # t -> whether (g, t) is in E
+
+
+@attrs.frozen(kw_only=True)
+class Witness:
+    """The observables of one lookup, for scenario invariants."""
+
+    unit: Any
+    alignment: Any
+    prompt: Any  # N
+    shared: Any  # longest prefix shared with any stored request
+    bound: Any  # ⌊N/a⌋·a
+    hit: Any  # h
+    groups: tuple[GroupView, ...]
+
+
+def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
+    """Return the int witness of an evaluated scenario."""
+    g = scenario.geometry
+    h = outcome.hit_length
+    tails = dict(outcome.tails)
+    last_key = {e.group: e.key_boundary for e in outcome.load}  # plan order: last entry of g is its tail block
+    views = []
+    for gid, gr in enumerate(g.groups):
+        s = compute_span(g, GroupId(gid))
+        mine = frozenset(t for x, t in outcome.present if x == gid)
+        views.append(GroupView(attention=gr.kind == "attention", span=s,
+                               tail_block=compute_tail_block(s, h) if h > 0 else -1,
+                               tail=tails.get(GroupId(gid), MISSING), tail_key=last_key.get(GroupId(gid), MISSING),
+                               has=mine.__contains__))
+    if scenario.objects is not None:
+        shared = scenario.prompt
+    else:
+        shared = max((r.shared for r in scenario.stored), default=0)
+    a = compute_alignment(g)
+    return Witness(unit=g.unit, alignment=a, prompt=scenario.prompt, shared=shared,
+                   bound=scenario.prompt // a * a, hit=h, groups=tuple(views))
+
+
+# ---------------------------------------------------------------- scenario predicates
+
+def inv_hit_aligned_below_prompt(ops: Any, w: Witness) -> Any:
+    """Return whether h is a multiple of a with 0 <= h <= ⌊N/a⌋·a and h < N (I-12)."""
+    return ops.And(ops.divides(w.alignment, w.hit), w.hit >= 0, w.hit <= w.bound, w.hit < w.prompt)
+
+
+def inv_hit_within_shared(ops: Any, w: Witness) -> Any:
+    """Return whether h never exceeds the prefix the lookup shares with a stored request."""
+    return w.hit <= w.shared
+
+
+def inv_mamba_at_hit(ops: Any, w: Witness) -> Any:
+    """Return whether every Mamba group has its state stored at exactly h when h > 0 (I-14)."""
+    return ops.And(True, *(ops.Implies(w.hit > 0, g.has(w.hit)) for g in w.groups if not g.attention))
+
+
+def inv_attention_full_blocks(ops: Any, w: Witness) -> Any:
+    """Return whether every attention block before the tail block is present under its full-block key (I-15)."""
+    return ops.And(True, *(ops.Implies(w.hit > 0, ops.all_below(g.tail_block, lambda i, g=g: g.has((i + 1) * g.span)))
+                           for g in w.groups if g.attention))
+
+
+def inv_tail_exists(ops: Any, w: Witness) -> Any:
+    """Return whether every group has a tail boundary when h > 0 (I-18: 'no tail key' is unreachable)."""
+    return ops.And(True, *(ops.Implies(w.hit > 0, g.tail != MISSING) for g in w.groups))
+
+
+def inv_tail_properties(ops: Any, w: Witness) -> Any:
+    """Return whether each B_g is a stored unit multiple in h's block, within ⌊N/u⌋·u, and = h for Mamba (I-19)."""
+    parts = []
+    for g in w.groups:
+        ok = ops.And(w.hit <= g.tail, g.tail <= (g.tail_block + 1) * g.span, ops.divides(w.unit, g.tail),
+                     ops.cdiv(g.tail, g.span) - 1 == g.tail_block, g.has(g.tail),
+                     g.tail <= ops.floordiv(w.prompt, w.unit) * w.unit,
+                     True if g.attention else g.tail == w.hit)
+        parts.append(ops.Implies(w.hit > 0, ok))
+    return ops.And(True, *parts)
+
+
+def inv_load_keys_stored(ops: Any, w: Witness) -> Any:
+    """Return whether every load key is a stored key: full blocks at (i+1)·s, the tail block at its load key (I-20)."""
+    parts = []
+    for g in w.groups:
+        full = ops.all_below(g.tail_block, lambda i, g=g: g.has((i + 1) * g.span)) if g.attention else True
+        parts.append(ops.Implies(w.hit > 0, ops.And(full, g.has(g.tail_key))))
+    return ops.And(True, *parts)
+
+
+def inv_tail_key_in_tail_block(ops: Any, w: Witness) -> Any:
+    """Return whether each tail load key lies in the block of token h-1 and covers [0, h) (I-19/I-22)."""
+    return ops.And(True, *(ops.Implies(w.hit > 0, ops.And(w.hit <= g.tail_key,
+                                                           g.tail_key <= (g.tail_block + 1) * g.span))
+                           for g in w.groups))
+
+
+# ---------------------------------------------------------------- arithmetic predicates
+
+def pre_spans(ops: Any, u: Any, ba: Any, bm: Any, d: Any, lcm: Any) -> Any:
+    """Return the precondition: u | b_a, u | b_m, D >= 1, L a positive common multiple of both spans."""
+    return ops.And(u >= 1, ba >= 1, bm >= 1, d >= 1, ops.divides(u, ba), ops.divides(u, bm), lcm >= 1,
+                   ops.divides(ba * d, lcm), ops.divides(bm, lcm))
+
+
+def inv_spans_aligned(ops: Any, u: Any, ba: Any, bm: Any, d: Any, lcm: Any) -> Any:
+    """Return whether u divides both spans and L, and each span divides L (I-1, I-2)."""
+    sa, sm = ba * d, bm
+    return ops.And(ops.divides(u, sa), ops.divides(u, sm), ops.divides(u, lcm), ops.divides(sa, lcm),
+                   ops.divides(sm, lcm), sa == ba * d, sm == bm)
+
+
+def pre_ownership(ops: Any, d: Any, il: Any, b: Any, o1: Any, o2: Any) -> Any:
+    """Return the precondition: D, I, b >= 1, I | b, two offsets inside one block of span b·D."""
+    s = b * d
+    return ops.And(d >= 1, il >= 1, b >= 1, ops.divides(il, b), o1 >= 0, o1 < s, o2 >= 0, o2 < s)
+
+
+def _owner(ops: Any, o: Any, d: Any, il: Any) -> tuple[Any, Any]:
+    return (ops.mod(ops.floordiv(o, il), d),
+            ops.floordiv(o, d * il) * il + ops.mod(o, il))
+
+
+def inv_ownership_bijection(ops: Any, d: Any, il: Any, b: Any, o1: Any, o2: Any) -> Any:
+    """Return whether (rank, slot) is in range and distinct offsets get distinct pairs (a bijection, I-4)."""
+    r1, s1 = _owner(ops, o1, d, il)
+    r2, s2 = _owner(ops, o2, d, il)
+    return ops.And(r1 >= 0, r1 < d, s1 >= 0, s1 < b, ops.Implies(ops.And(r1 == r2, s1 == s2), o1 == o2))
+
+
+def inv_ownership_prefix(ops: Any, d: Any, il: Any, b: Any, o1: Any, o2: Any) -> Any:
+    """Return whether slots grow with the offset on each rank, so a block prefix is a slot prefix on every rank."""
+    r1, s1 = _owner(ops, o1, d, il)
+    r2, s2 = _owner(ops, o2, d, il)
+    return ops.Implies(ops.And(r1 == r2, o1 < o2), s1 < s2)
+
+
+def pre_store_key(ops: Any, u: Any, s: Any, tail: Any, i: Any) -> Any:
+    """Return the precondition: u | s, u | T, T >= 1, block i between 0 and ⌈T/s⌉ - 1."""
+    return ops.And(u >= 1, s >= 1, ops.divides(u, s), tail >= 1, ops.divides(u, tail), i >= 0,
+                   i <= ops.cdiv(tail, s) - 1)
+
+
+def inv_store_key_in_block(ops: Any, u: Any, s: Any, tail: Any, i: Any) -> Any:
+    """Return whether t = min((i+1)s, T) lies in block i (i·s < t <= (i+1)·s) and is a multiple of u (I-6)."""
+    t = ops.min((i + 1) * s, tail)
+    return ops.And(i * s < t, t <= (i + 1) * s, ops.divides(u, t), ops.cdiv(t, s) - 1 == i)
+
+
+@attrs.frozen(kw_only=True)
+class Invariant:
+    """A registered invariant: stable id, claim, predicate and how it is checked."""
+
+    id: str
+    statement: str
+    kind: str  # "scenario" | "arith"
+    predicate: Callable[..., Any]
+    pre: Callable[..., Any] | None = None
+    variables: tuple[str, ...] = ()
+
+
+REGISTRY: tuple[Invariant, ...] = (
+    Invariant(id="I-1/2", statement="u | s_g, s_g | L; attention span = b·D, Mamba span = b",
+              kind="arith", predicate=inv_spans_aligned, pre=pre_spans, variables=("u", "ba", "bm", "d", "lcm")),
+    Invariant(id="I-4", statement="DCP ownership is a bijection tokens of a block <-> (rank, slot), any I | b",
+              kind="arith", predicate=inv_ownership_bijection, pre=pre_ownership,
+              variables=("d", "il", "b", "o1", "o2")),
+    Invariant(id="I-4p", statement="a block prefix [i·s, h) covers a prefix of the slots on every rank",
+              kind="arith", predicate=inv_ownership_prefix, pre=pre_ownership, variables=("d", "il", "b", "o1", "o2")),
+    Invariant(id="I-6", statement="a stored boundary t = min((i+1)s, T) lies in its block and is a multiple of u",
+              kind="arith", predicate=inv_store_key_in_block, pre=pre_store_key, variables=("u", "s", "tail", "i")),
+    Invariant(id="I-12", statement="h is a multiple of a, 0 <= h <= ⌊N/a⌋·a and h < N",
+              kind="scenario", predicate=inv_hit_aligned_below_prompt),
+    Invariant(id="I-SHARED", statement="h <= the prefix shared with a stored request",
+              kind="scenario", predicate=inv_hit_within_shared),
+    Invariant(id="I-14", statement="h > 0 => every Mamba group's state at h is stored",
+              kind="scenario", predicate=inv_mamba_at_hit),
+    Invariant(id="I-15", statement="h > 0 => every attention block before the tail block is stored at (i+1)·s",
+              kind="scenario", predicate=inv_attention_full_blocks),
+    Invariant(id="I-18", statement="h > 0 => every group has a tail boundary ('no tail key' is unreachable)",
+              kind="scenario", predicate=inv_tail_exists),
+    Invariant(id="I-19", statement="B_g: stored, multiple of u, in the block of token h-1, <= ⌊N/u⌋·u, = h for Mamba",
+              kind="scenario", predicate=inv_tail_properties),
+    Invariant(id="I-20", statement="every load key is a stored key (tail from the stored boundary, not from h)",
+              kind="scenario", predicate=inv_load_keys_stored),
+    Invariant(id="I-22", statement="each tail load key covers [0, h) and lies in the block of token h-1",
+              kind="scenario", predicate=inv_tail_key_in_tail_block),
+)
+
+
+def get_invariant(inv_id: str) -> Invariant:
+    """Return the registered invariant with this id."""
+    for inv in REGISTRY:
+        if inv.id == inv_id:
+            return inv
+    raise KeyError(inv_id)
+
+
+def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
+    """Return the ids of the scenario invariants (and structural rules) an evaluated scenario violates."""
+    from .ops import IntOps
+
+    w = compute_witness(scenario, outcome)
+    bad = [inv.id for inv in REGISTRY if inv.kind == "scenario" and not inv.predicate(IntOps, w)]
+    bad.extend(compute_plan_violations(scenario, outcome))
+    return tuple(bad)
+
+
+def compute_plan_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
+    """Return ['I-21'] unless the plan loads attention blocks 0..c and Mamba block c, each [i·s, min((i+1)s, h))."""
+    g, h = scenario.geometry, outcome.hit_length
+    if outcome.error is not None:
+        return ("I-21",)
+    want = []
+    if h > 0:
+        for gid, gr in enumerate(g.groups):
+            s = compute_span(g, GroupId(gid))
+            c = compute_tail_block(s, h)
+            for i in (range(c + 1) if gr.kind == "attention" else (c,)):
+                want.append((gid, i, i * s, min((i + 1) * s, h)))
+    got = [(e.group, e.block, e.start, e.end) for e in outcome.load]
+    return () if got == want else ("I-21",)

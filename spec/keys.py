@@ -1,0 +1,131 @@
+"""The hash chain over u-token units and the store-key grammar (injective, round-tripping).
+
+Grammar (fields joined by '@', string fields escaped so they never contain '@'):
+
+    [ESC(cache_prefix)@]ESC(model)@tp_rank:T@pcp P@dcp D@pp_rank:R@group:G@HEX
+
+``ESC`` replaces '%' by '%25' and '@' by '%40' and nothing else; an empty cache prefix is
+absent (so the unprefixed form is byte-identical to vLLM's).  Distinct field tuples render
+to distinct strings because the '@' count fixes the field positions and ESC is injective;
+``parse`` accepts exactly the canonical renderings, so parse(render(k)) == k and
+render(parse(s)) == s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+import attrs
+
+from .errors import SpecError, require
+from .types import Boundary
+
+RULE_KEY = "key-grammar"
+_HEX = re.compile(r"[0-9a-f]+")
+_DEC = re.compile(r"0|[1-9][0-9]*")
+
+
+def compute_seed_hash(seed: int = 0) -> bytes:
+    """Return H_0, the seeded root of every hash chain."""
+    return hashlib.sha256(b"kvspec-root:" + str(seed).encode()).digest()
+
+
+def compute_unit_hash(parent: bytes, tokens: Sequence[int], extra: Sequence[str] = ()) -> bytes:
+    """Return H_k = sha256(H_{k-1}, the unit's tokens, its extra keys)."""
+    h = hashlib.sha256(parent)
+    h.update(b"T" + ",".join(str(int(t)) for t in tokens).encode())
+    for e in extra:
+        h.update(b"X" + e.encode("utf-8", "surrogatepass") + b"\x00")
+    return h.digest()
+
+
+def compute_hash_chain(tokens: Sequence[int], unit: int, seed: int = 0,
+                       extra_keys: Sequence[str] = ()) -> tuple[bytes, ...]:
+    """Return (H_u, H_2u, ...) for the full units of tokens; extra keys (e.g. a cache salt) enter unit 1 only."""
+    require(unit >= 1, "unit-positive", f"unit must be >= 1, got {unit}")
+    out: list[bytes] = []
+    parent = compute_seed_hash(seed)
+    for k in range(len(tokens) // unit):
+        parent = compute_unit_hash(parent, tokens[k * unit:(k + 1) * unit], extra_keys if k == 0 else ())
+        out.append(parent)
+    return tuple(out)
+
+
+def compute_hash_at(chain: Sequence[bytes], unit: int, boundary: Boundary) -> bytes:
+    """Return H_t = chain[t/u - 1], defined for t a positive multiple of u within the chain."""
+    require(boundary > 0 and boundary % unit == 0 and boundary // unit <= len(chain), "hash-index",
+            f"H_{boundary} is undefined (unit {unit}, {len(chain)} hashes)")
+    return chain[boundary // unit - 1]
+
+
+def _nonneg(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
+    require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, RULE_KEY,
+            f"{attribute.name} must be a non-negative integer, got {value!r}")
+
+
+def _text(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
+    require(isinstance(value, str), RULE_KEY, f"{attribute.name} must be a string, got {value!r}")
+
+
+def _hex(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
+    require(isinstance(value, str) and _HEX.fullmatch(value) is not None, RULE_KEY,
+            f"hash must be lowercase hex, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class StoreKey:
+    """The namespace fields and the block hash that name one stored object."""
+
+    model: str = attrs.field(validator=_text)
+    tp_rank: int = attrs.field(validator=_nonneg)
+    pcp_rank: int = attrs.field(validator=_nonneg)
+    dcp_rank: int = attrs.field(validator=_nonneg)
+    pp_rank: int = attrs.field(validator=_nonneg)
+    group: int = attrs.field(validator=_nonneg)
+    hash_hex: str = attrs.field(validator=_hex)
+    cache_prefix: str = attrs.field(default="", validator=_text)
+
+
+def _escape(s: str) -> str:
+    return s.replace("%", "%25").replace("@", "%40")
+
+
+def _unescape(s: str) -> str:
+    require(re.fullmatch(r"(?:[^%]|%25|%40)*", s, flags=re.DOTALL) is not None, RULE_KEY,
+            f"non-canonical escape in {s!r}")
+    return re.sub(r"%(25|40)", lambda m: "%" if m.group(1) == "25" else "@", s)
+
+
+def render_key(key: StoreKey) -> str:
+    """Return the canonical string of a store key."""
+    body = (f"{_escape(key.model)}@tp_rank:{key.tp_rank}@pcp{key.pcp_rank}@dcp{key.dcp_rank}"
+            f"@pp_rank:{key.pp_rank}@group:{key.group}@{key.hash_hex}")
+    return f"{_escape(key.cache_prefix)}@{body}" if key.cache_prefix else body
+
+
+def _field(part: str, prefix: str) -> int:
+    require(part.startswith(prefix) and _DEC.fullmatch(part[len(prefix):]) is not None, RULE_KEY,
+            f"expected {prefix}<decimal>, got {part!r}")
+    return int(part[len(prefix):])
+
+
+def parse_key(text: str) -> StoreKey:
+    """Return the StoreKey whose canonical rendering is text; raise SpecError otherwise."""
+    require(isinstance(text, str), RULE_KEY, "a key is a string")
+    parts = text.split("@")
+    require(len(parts) in (7, 8), RULE_KEY, f"expected 7 or 8 '@'-separated fields, got {len(parts)}")
+    prefix = ""
+    if len(parts) == 8:
+        prefix = _unescape(parts.pop(0))
+        require(prefix != "", RULE_KEY, "an empty cache prefix is written as no prefix")
+    try:
+        return StoreKey(model=_unescape(parts[0]), tp_rank=_field(parts[1], "tp_rank:"),
+                        pcp_rank=_field(parts[2], "pcp"), dcp_rank=_field(parts[3], "dcp"),
+                        pp_rank=_field(parts[4], "pp_rank:"), group=_field(parts[5], "group:"),
+                        hash_hex=parts[6], cache_prefix=prefix)
+    except SpecError:
+        raise
+    except Exception as exc:  # pragma: no cover - defensive: any other failure is a grammar error
+        raise SpecError(RULE_KEY, str(exc)) from None

@@ -1,0 +1,200 @@
+"""Lookup: per-group finders, the hybrid fixed point, the N-1 re-derivation and tail boundaries.
+
+E is the set of present (group, boundary) objects in the lookup request's own hash chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from .errors import SpecError
+from .geometry import Geometry, compute_alignment, compute_span, is_fine
+from .store import Obj
+from .types import Boundary, GroupId, Tokens
+
+RULE_TAIL_MISSING = "tail-key-missing"
+
+
+@attrs.frozen(kw_only=True)
+class SpecGroup:
+    """Groups with identical (kind, block size), merged: present only when every member is."""
+
+    kind: str
+    block_size: int
+    members: tuple[GroupId, ...]
+    eagle: bool
+
+
+@attrs.frozen(kw_only=True)
+class LookupStep:
+    """One finder evaluation of the fixed point (for the explain trace)."""
+
+    round: int  # 0: bound ⌊N/a⌋·a, 1: the N-1 re-derivation
+    pass_no: int
+    spec_group: int
+    members: tuple[GroupId, ...]
+    action: str  # "find" | "cap"
+    bound: Tokens  # the length the group was asked to accept (before the peek margin)
+    search_bound: Tokens  # bound after the peek margin
+    eagle_drop: bool
+    result: Tokens
+
+
+@attrs.frozen(kw_only=True)
+class LookupResult:
+    """The hit length h and how it was reached."""
+
+    hit_length: Tokens
+    bound: Tokens
+    rederived: bool
+    steps: tuple[LookupStep, ...]
+
+
+def compute_spec_groups(geometry: Geometry) -> tuple[SpecGroup, ...]:
+    """Return the merged spec groups, attention first, each kind in first-appearance order."""
+    order: dict[tuple[str, int], list[GroupId]] = {}
+    for gid, g in enumerate(geometry.groups):
+        order.setdefault((g.kind, g.block_size), []).append(GroupId(gid))
+    merged = [SpecGroup(kind=k, block_size=b, members=tuple(ms),
+                        eagle=any(geometry.groups[m].eagle for m in ms)) for (k, b), ms in order.items()]
+    return tuple(sorted(merged, key=lambda sg: 0 if sg.kind == "attention" else 1))
+
+
+def compute_group_present(present: Iterable[Obj], members: tuple[GroupId, ...]) -> frozenset[Boundary]:
+    """Return the boundaries present for every member of a spec group."""
+    per: dict[GroupId, set[Boundary]] = {m: set() for m in members}
+    for g, t in present:
+        if g in per:
+            per[g].add(t)
+    return frozenset(set.intersection(*per.values()))
+
+
+def compute_peek_margin(geometry: Geometry, span: Tokens) -> Tokens:
+    """Return the EAGLE peek margin: u in fine mode when s > u, else s."""
+    return Tokens(geometry.unit if is_fine(geometry) and span > geometry.unit else span)
+
+
+def find_attention_hit(geometry: Geometry, span: Tokens, have: frozenset[Boundary], bound: Tokens,
+                       drop: bool) -> Tokens:
+    """Return an attention spec group's hit: full blocks, then the first non-full block's unit boundaries, then the EAGLE drop."""
+    u, a = geometry.unit, compute_alignment(geometry)
+    nb = 0
+    while (nb + 1) * span <= bound and (nb + 1) * span in have:
+        nb += 1
+    hit = nb * span
+    if is_fine(geometry):
+        top = min((nb + 1) * span - u, bound // u * u)
+        inside = [t for t in have if nb * span < t <= top and t % u == 0]
+        if inside:
+            hit = max(inside)
+    if drop and hit > 0:
+        hit -= min(a, span)
+    return Tokens(max(hit, 0) // a * a)
+
+
+def find_mamba_hit(geometry: Geometry, block_size: int, have: frozenset[Boundary], bound: Tokens) -> Tokens:
+    """Return a Mamba spec group's hit: its highest present boundary within the bound (a multiple of u, or of b and a)."""
+    u, a = geometry.unit, compute_alignment(geometry)
+    if is_fine(geometry):
+        ok = [t for t in have if t <= bound and t % u == 0]
+    else:
+        ok = [t for t in have if t <= bound and t % block_size == 0 and t % a == 0]
+    return Tokens(max(ok, default=0))
+
+
+def compute_fixed_point(geometry: Geometry, present: frozenset[Obj], max_len: Tokens,
+                        round_no: int = 0) -> tuple[Tokens, tuple[LookupStep, ...]]:
+    """Return the length every spec group accepts, starting from max_len, and the trace."""
+    groups = compute_spec_groups(geometry)
+    have = [compute_group_present(present, sg.members) for sg in groups]
+    spans = [compute_span(geometry, sg.members[0]) for sg in groups]
+    steps: list[LookupStep] = []
+
+    def run(idx: int, cur: Tokens, drop: bool, pass_no: int) -> Tokens:
+        sg = groups[idx]
+        if sg.kind == "attention":
+            search = Tokens(min(cur + compute_peek_margin(geometry, spans[idx]), max_len)) if drop else cur
+            new = find_attention_hit(geometry, spans[idx], have[idx], search, drop)
+        else:
+            search, new = cur, find_mamba_hit(geometry, sg.block_size, have[idx], cur)
+        steps.append(LookupStep(round=round_no, pass_no=pass_no, spec_group=idx, members=sg.members,
+                                action="find", bound=cur, search_bound=search, eagle_drop=drop, result=new))
+        return new
+
+    if len(groups) == 1:
+        sg = groups[0]
+        return run(0, max_len, sg.kind == "attention" and sg.eagle, 1), tuple(steps)
+    simple = len(groups) == 2 and groups[0].kind == "attention" and groups[1].kind == "mamba"
+    hit = max_len
+    cached: dict[int, Tokens] = {}
+    verified: set[int] = set()
+    pass_no = 0
+    while True:
+        pass_no += 1
+        cur = hit
+        for idx, sg in enumerate(groups):
+            if sg.kind == "attention" and idx in cached:
+                cur = Tokens(min(cur, cached[idx]))
+                steps.append(LookupStep(round=round_no, pass_no=pass_no, spec_group=idx, members=sg.members,
+                                        action="cap", bound=cur, search_bound=cur, eagle_drop=False, result=cur))
+                continue
+            drop = sg.kind == "attention" and sg.eagle and idx not in verified
+            new = run(idx, cur, drop, pass_no)
+            if drop:
+                verified.add(idx)
+            elif new < cur:
+                verified.clear()
+            cur = new
+            if sg.kind == "attention":
+                cached[idx] = new
+        if cur >= hit:
+            break
+        hit = cur
+        if simple:
+            break
+    return hit, tuple(steps)
+
+
+def compute_lookup(geometry: Geometry, present: frozenset[Obj], prompt: Tokens) -> LookupResult:
+    """Return the hit length h for a request of N tokens: bound ⌊N/a⌋·a, re-derived below N when h >= N."""
+    a = compute_alignment(geometry)
+    bound = Tokens(prompt // a * a)
+    if bound <= 0:
+        return LookupResult(hit_length=Tokens(0), bound=bound, rederived=False, steps=())
+    hit, steps = compute_fixed_point(geometry, present, bound)
+    if hit < prompt:
+        return LookupResult(hit_length=hit, bound=bound, rederived=False, steps=steps)
+    bound2 = Tokens((prompt - 1) // a * a)
+    if bound2 <= 0:
+        return LookupResult(hit_length=Tokens(0), bound=bound2, rederived=True, steps=steps)
+    hit2, steps2 = compute_fixed_point(geometry, present, bound2, round_no=1)
+    return LookupResult(hit_length=hit2, bound=bound2, rederived=True, steps=steps + steps2)
+
+
+def compute_tail_block(span: Tokens, hit: Tokens) -> int:
+    """Return c = ⌈h/s⌉ - 1, the block holding token h-1."""
+    return -(-hit // span) - 1
+
+
+def compute_tail_boundary(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, hit: Tokens,
+                          group: GroupId, rule: str = "fixed") -> Boundary:
+    """Return B_g: h if (g, h) is present, else the smallest present unit boundary after h inside block c (legacy: h)."""
+    if rule == "legacy" or (group, hit) in present:
+        return Boundary(hit)
+    u, s = geometry.unit, compute_span(geometry, group)
+    top = min((compute_tail_block(s, hit) + 1) * s, prompt // u * u)
+    found = [t for g, t in present if g == group and hit < t <= top and t % u == 0]
+    if not found:
+        raise SpecError(RULE_TAIL_MISSING, f"no stored tail key for group {group} at hit length {hit}")
+    return Boundary(min(found))
+
+
+def compute_tail_boundaries(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, hit: Tokens,
+                            rule: str = "fixed") -> tuple[tuple[GroupId, Boundary], ...]:
+    """Return (g, B_g) for every group when h > 0, else ()."""
+    if hit <= 0:
+        return ()
+    return tuple((GroupId(g), compute_tail_boundary(geometry, present, prompt, hit, GroupId(g), rule))
+                 for g in range(len(geometry.groups)))

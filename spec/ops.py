@@ -1,0 +1,152 @@
+"""Arithmetic shim: one invariant predicate, two backends (Python ints and Z3 terms).
+
+Inside a predicate use ``ops.*`` for everything whose meaning differs between Python and
+Z3 (division, modulo, min/max, conditionals, boolean connectives, bounded quantifiers);
+bare ``+ - *`` and comparisons only.  Every divisor must be >= 1: IntOps asserts it, Z3Ops
+records it as a side condition that the prover must show is implied by the precondition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class IntOps:
+    """Evaluate predicates on Python ints and bools."""
+
+    name = "int"
+
+    @staticmethod
+    def floordiv(a: int, b: int) -> int:
+        """Return floor(a / b) for b >= 1."""
+        assert b >= 1, f"divisor {b} < 1"
+        return a // b
+
+    @staticmethod
+    def cdiv(a: int, b: int) -> int:
+        """Return ceil(a / b) for b >= 1."""
+        assert b >= 1, f"divisor {b} < 1"
+        return -((-a) // b)
+
+    @staticmethod
+    def mod(a: int, b: int) -> int:
+        """Return a mod b in [0, b) for b >= 1."""
+        assert b >= 1, f"divisor {b} < 1"
+        return a % b
+
+    @staticmethod
+    def min(a: Any, b: Any) -> Any:
+        """Return the smaller of a and b."""
+        return a if a <= b else b
+
+    @staticmethod
+    def max(a: Any, b: Any) -> Any:
+        """Return the larger of a and b."""
+        return a if a >= b else b
+
+    @staticmethod
+    def If(c: bool, x: Any, y: Any) -> Any:  # noqa: N802 - mirrors z3.If
+        """Return x when c holds, else y."""
+        return x if c else y
+
+    @staticmethod
+    def And(*xs: bool) -> bool:  # noqa: N802
+        """Return the conjunction of xs."""
+        return all(xs)
+
+    @staticmethod
+    def Or(*xs: bool) -> bool:  # noqa: N802
+        """Return the disjunction of xs."""
+        return any(xs)
+
+    @staticmethod
+    def Not(x: bool) -> bool:  # noqa: N802
+        """Return the negation of x."""
+        return not x
+
+    @staticmethod
+    def Implies(a: bool, b: bool) -> bool:  # noqa: N802
+        """Return whether a implies b."""
+        return (not a) or b
+
+    @staticmethod
+    def all_below(n: int, body: Callable[[int], bool]) -> bool:
+        """Return whether body(i) holds for every 0 <= i < n."""
+        return all(body(i) for i in range(n))
+
+    @staticmethod
+    def divides(d: int, x: int) -> bool:
+        """Return whether d (>= 1) divides x."""
+        assert d >= 1, f"divisor {d} < 1"
+        return x % d == 0
+
+
+class Z3Ops:
+    """Build Z3 terms; divisions record the side condition divisor >= 1."""
+
+    name = "z3"
+
+    def __init__(self) -> None:
+        import z3  # lazy: the spec itself never needs z3
+
+        self.z3 = z3
+        self.side: list[Any] = []
+        self._fresh = 0
+
+    def _div_guard(self, b: Any) -> None:
+        self.side.append(b >= 1)
+
+    def floordiv(self, a: Any, b: Any) -> Any:
+        """Return floor(a / b) (Z3 Int division is floor division for b >= 1)."""
+        self._div_guard(b)
+        return a / b
+
+    def cdiv(self, a: Any, b: Any) -> Any:
+        """Return ceil(a / b) for b >= 1."""
+        self._div_guard(b)
+        return (a + b - 1) / b
+
+    def mod(self, a: Any, b: Any) -> Any:
+        """Return a mod b for b >= 1."""
+        self._div_guard(b)
+        return a % b
+
+    def min(self, a: Any, b: Any) -> Any:
+        """Return the smaller of a and b."""
+        return self.z3.If(a <= b, a, b)
+
+    def max(self, a: Any, b: Any) -> Any:
+        """Return the larger of a and b."""
+        return self.z3.If(a >= b, a, b)
+
+    def If(self, c: Any, x: Any, y: Any) -> Any:  # noqa: N802
+        """Return the term x when c holds, else y."""
+        return self.z3.If(c, x, y)
+
+    def And(self, *xs: Any) -> Any:  # noqa: N802
+        """Return the conjunction of xs."""
+        return self.z3.And(*xs)
+
+    def Or(self, *xs: Any) -> Any:  # noqa: N802
+        """Return the disjunction of xs."""
+        return self.z3.Or(*xs)
+
+    def Not(self, x: Any) -> Any:  # noqa: N802
+        """Return the negation of x."""
+        return self.z3.Not(x)
+
+    def Implies(self, a: Any, b: Any) -> Any:  # noqa: N802
+        """Return a => b."""
+        return self.z3.Implies(a, b)
+
+    def all_below(self, n: Any, body: Callable[[Any], Any]) -> Any:
+        """Return forall i. 0 <= i < n => body(i)."""
+        self._fresh += 1
+        i = self.z3.Int(f"_i{self._fresh}")
+        return self.z3.ForAll([i], self.z3.Implies(self.z3.And(i >= 0, i < n), body(i)))
+
+    def divides(self, d: Any, x: Any) -> Any:
+        """Return whether d (>= 1) divides x."""
+        self._div_guard(d)
+        return x % d == 0

@@ -1,0 +1,206 @@
+"""A scenario (geometry, what was stored, one lookup) and its evaluation through the whole spec.
+
+Also the explicit, versioned JSON encoding of scenarios and results that ``kvspec explain``
+and the test vectors use (attrs is not a serializer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from .errors import SpecError, require
+from .geometry import (Geometry, Group, Parallel, compute_alignment, compute_lcm_span, compute_span, is_fine)
+from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
+from .plan import LoadEntry, plan_load
+from .store import (Obj, RankObj, compute_present, compute_rank_objects, compute_store_boundaries,
+                    compute_visible)
+from .types import TAIL_RULES, Boundary, GroupId, Tokens
+
+RULE_SCENARIO = "scenario"
+RULE_STORED = "stored-object"
+RESULT_VERSION = 1
+
+
+def _int(x: object, what: str, lo: int = 0, rule: str = RULE_SCENARIO) -> int:
+    require(isinstance(x, int) and not isinstance(x, bool), rule, f"{what} must be an integer, got {x!r}")
+    require(x >= lo, rule, f"{what} must be >= {lo}, got {x}")  # type: ignore[operator]
+    return x  # type: ignore[return-value]
+
+
+@attrs.frozen(kw_only=True)
+class StoredRequest:
+    """A request of P prompt tokens that was stored; it shares its first S tokens with the lookup request."""
+
+    prompt: int
+    shared: int
+
+
+@attrs.frozen(kw_only=True)
+class Scenario:
+    """A geometry, the stored requests (or an explicit present set), evictions, one lookup of N tokens."""
+
+    geometry: Geometry
+    prompt: int
+    stored: tuple[StoredRequest, ...] = ()
+    objects: frozenset[Obj] | None = None  # explicit present objects instead of stored requests
+    evicted: frozenset[RankObj] = frozenset()
+    rule: str = "fixed"
+
+    def __attrs_post_init__(self) -> None:
+        _int(self.prompt, "prompt", 1)
+        require(self.rule in TAIL_RULES, RULE_SCENARIO, f"unknown tail rule {self.rule!r}")
+        for r in self.stored:
+            _int(r.prompt, "stored prompt", 0)
+            _int(r.shared, "shared", 0)
+            require(r.shared <= min(r.prompt, self.prompt), RULE_SCENARIO,
+                    f"shared {r.shared} exceeds min(stored prompt {r.prompt}, prompt {self.prompt})")
+        if self.objects is not None:
+            u, top = self.geometry.unit, self.prompt // self.geometry.unit * self.geometry.unit
+            for g, t in self.objects:
+                _int(g, "stored group", 0, RULE_STORED)
+                require(g < len(self.geometry.groups), RULE_STORED, f"group {g} is not a group of the geometry")
+                _int(t, "stored boundary", 1, RULE_STORED)
+                require(t % u == 0, RULE_STORED, f"boundary {t} is not a multiple of the unit {u}")
+                require(t <= top, RULE_STORED,
+                        f"boundary {t} is past the lookup request's last hash boundary {top}")
+
+
+@attrs.frozen(kw_only=True)
+class Stages:
+    """The spec's stage functions; mutants (checks/mutants.py) replace exactly one."""
+
+    store: Callable[[Geometry, Tokens], frozenset[Obj]] = compute_store_boundaries
+    present: Callable[[Geometry, frozenset[RankObj]], frozenset[Obj]] = compute_present
+    lookup: Callable[[Geometry, frozenset[Obj], Tokens], LookupResult] = compute_lookup
+    tails: Callable[..., tuple[tuple[GroupId, Boundary], ...]] = compute_tail_boundaries
+    plan: Callable[..., tuple[LoadEntry, ...]] = plan_load
+
+
+SPEC_STAGES = Stages()
+
+
+@attrs.frozen(kw_only=True)
+class Outcome:
+    """What the spec says happens: E, the lookup, tail boundaries, the load plan."""
+
+    present: frozenset[Obj]
+    lookup: LookupResult | None
+    tails: tuple[tuple[GroupId, Boundary], ...]
+    load: tuple[LoadEntry, ...]
+    error: SpecError | None = None
+
+    @property
+    def hit_length(self) -> int:
+        """Return h (0 when the evaluation stopped on an error)."""
+        return self.lookup.hit_length if self.lookup else 0
+
+
+def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[RankObj]:
+    """Return every rank shard the lookup request can name, before evictions."""
+    g = scenario.geometry
+    if scenario.objects is not None:
+        return compute_rank_objects(g, scenario.objects)
+    objs: set[Obj] = set()
+    for r in scenario.stored:
+        objs |= compute_visible(stages.store(g, Tokens(r.prompt)), Tokens(r.shared))
+    return compute_rank_objects(g, objs)
+
+
+def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES) -> Outcome:
+    """Return the outcome of a scenario; a violated rule during lookup is reported, not raised."""
+    g, n = scenario.geometry, Tokens(scenario.prompt)
+    present = stages.present(g, compute_stored_objects(scenario, stages) - scenario.evicted)
+    look = stages.lookup(g, present, n)
+    try:
+        tails = stages.tails(g, present, n, look.hit_length, scenario.rule)
+    except SpecError as err:
+        return Outcome(present=present, lookup=look, tails=(), load=(), error=err)
+    return Outcome(present=present, lookup=look, tails=tails,
+                   load=stages.plan(g, present, look.hit_length, tails))
+
+
+# ---------------------------------------------------------------- JSON encoding (explicit)
+
+def encode_geometry(geometry: Geometry) -> dict[str, Any]:
+    """Return the JSON object of a geometry with its derived quantities."""
+    return {"dcp": geometry.parallel.dcp, "unit": geometry.unit, "lcm_span": compute_lcm_span(geometry),
+            "fine": is_fine(geometry), "alignment": compute_alignment(geometry), "retention": geometry.retention,
+            "groups": [{"id": i, "kind": gr.kind, "block_size": gr.block_size,
+                        "span": compute_span(geometry, GroupId(i)), "eagle": gr.eagle}
+                       for i, gr in enumerate(geometry.groups)]}
+
+
+def encode_outcome(scenario: Scenario, outcome: Outcome) -> dict[str, Any]:
+    """Return the `kvspec explain --json` object of an evaluated scenario."""
+    err = outcome.error
+    return {
+        "version": RESULT_VERSION,
+        "geometry": encode_geometry(scenario.geometry),
+        "rule": scenario.rule,
+        "prompt": scenario.prompt,
+        "stored": [{"group": gid, "boundary": t} for gid, t in sorted(outcome.present)],
+        "hit_length": outcome.hit_length,
+        "tail_boundaries": [{"group": gid, "boundary": t} for gid, t in outcome.tails],
+        "load": [{"group": e.group, "block": e.block, "start": e.start, "end": e.end,
+                  "key_boundary": e.key_boundary, "present": e.present} for e in outcome.load],
+        "error": None if err is None else {"rule": err.rule, "message": err.message},
+    }
+
+
+def encode_error(err: SpecError) -> dict[str, Any]:
+    """Return the JSON result of a scenario that could not be built."""
+    return {"version": RESULT_VERSION, "geometry": None, "stored": [], "hit_length": 0, "tail_boundaries": [],
+            "load": [], "error": {"rule": err.rule, "message": err.message}}
+
+
+_SCENARIO_KEYS = {"dcp", "unit", "groups", "retention", "stored_prompt", "stored", "prompt", "shared", "legacy",
+                  "interleave", "pcp"}
+
+
+def decode_objects(raw: object) -> frozenset[Obj]:
+    """Return the objects of a JSON list of {"group": g, "boundary": t}; reject anything else."""
+    require(isinstance(raw, list), RULE_STORED, "stored objects must be a JSON list")
+    out: set[Obj] = set()
+    for item in raw:  # type: ignore[union-attr]
+        require(isinstance(item, dict) and set(item) == {"group", "boundary"}, RULE_STORED,
+                f"each stored object is {{\"group\": g, \"boundary\": t}}, got {item!r}")
+        g = _int(item["group"], "stored group", 0, RULE_STORED)
+        t = _int(item["boundary"], "stored boundary", 1, RULE_STORED)
+        require((g, t) not in out, RULE_STORED, f"object (group {g}, boundary {t}) listed twice")
+        out.add((GroupId(g), Boundary(t)))
+    return frozenset(out)
+
+
+def decode_scenario(raw: Mapping[str, Any]) -> Scenario:
+    """Return the Scenario of one `--scenarios` JSON line; raise SpecError naming the rule otherwise."""
+    require(isinstance(raw, dict), RULE_SCENARIO, "a scenario is a JSON object")
+    extra = set(raw) - _SCENARIO_KEYS
+    require(not extra, RULE_SCENARIO, f"unknown scenario keys: {', '.join(sorted(extra))}")
+    groups_raw = raw.get("groups")
+    require(isinstance(groups_raw, list), "groups-nonempty", "groups must be a JSON list")
+    groups = []
+    for gr in groups_raw:  # type: ignore[union-attr]
+        require(isinstance(gr, dict) and {"kind", "block_size"} <= set(gr) <= {"kind", "block_size", "eagle"},
+                "group-kind", f"a group is {{\"kind\", \"block_size\", \"eagle\"}}, got {gr!r}")
+        groups.append(Group(kind=gr["kind"], block_size=gr["block_size"], eagle=gr.get("eagle", False)))
+    geometry = Geometry(unit=raw.get("unit", 1), groups=tuple(groups),
+                        parallel=Parallel(dcp=raw.get("dcp", 1), interleave=raw.get("interleave", 1),
+                                          pcp=raw.get("pcp", 1)),
+                        retention=raw.get("retention", "replay"))
+    legacy = raw.get("legacy", False)
+    require(isinstance(legacy, bool), RULE_SCENARIO, f"legacy must be true or false, got {legacy!r}")
+    require("prompt" in raw, RULE_SCENARIO, "prompt (the lookup request's length) is required")
+    n = _int(raw["prompt"], "prompt", 1)
+    has_p, has_s = "stored_prompt" in raw, "stored" in raw
+    require(has_p != has_s, RULE_SCENARIO, "give exactly one of stored_prompt and stored")
+    rule = "legacy" if legacy else "fixed"
+    if has_s:
+        require("shared" not in raw, RULE_SCENARIO, "shared applies to stored_prompt only")
+        return Scenario(geometry=geometry, prompt=n, objects=decode_objects(raw["stored"]), rule=rule)
+    p = _int(raw["stored_prompt"], "stored_prompt", 0)
+    s = raw.get("shared", min(p, n))
+    return Scenario(geometry=geometry, prompt=n, stored=(StoredRequest(prompt=p, shared=_int(s, "shared", 0)),),
+                    rule=rule)

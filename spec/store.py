@@ -1,0 +1,97 @@
+"""The store rule: which objects each group writes for one request, under which boundary.
+
+An object is (group, boundary t); its key is H_t of the writing request's chain, written by
+every DCP rank under its own rank fields.  A second put of an existing key keeps the first
+value (write-once), so the set of stored objects is the union over requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .geometry import (Geometry, compute_group_ids, compute_lcm_span, compute_ranks, compute_span,
+                       has_eagle, is_fine)
+from .types import Boundary, GroupId, Rank, Tokens
+
+Obj = tuple[GroupId, Boundary]  # a (group, boundary) object, all ranks
+RankObj = tuple[GroupId, Boundary, Rank]  # one rank's shard of an object
+
+
+def compute_full_boundary(geometry: Geometry, prompt: Tokens) -> Tokens:
+    """Return floor(P/L)*L, the length the positional save covers."""
+    lcm = compute_lcm_span(geometry)
+    return Tokens(prompt // lcm * lcm)
+
+
+def compute_sub_block_tail(geometry: Geometry, prompt: Tokens) -> Tokens:
+    """Return T = floor(P/u)*u - e*u, the sub-block tail boundary (may be <= 0)."""
+    u = geometry.unit
+    return Tokens(prompt // u * u - (u if has_eagle(geometry) else 0))
+
+
+def is_tail_stored(geometry: Geometry, prompt: Tokens) -> bool:
+    """Return whether the sub-block tail is stored: fine hits, T > 0, T not a multiple of some Mamba b."""
+    t = compute_sub_block_tail(geometry, prompt)
+    return is_fine(geometry) and t > 0 and any(
+        t % geometry.groups[g].block_size != 0 for g in compute_group_ids(geometry, "mamba"))
+
+
+def compute_replay_boundary(geometry: Geometry, group: GroupId, prompt: Tokens) -> Tokens:
+    """Return R = floor((P-1)/b)*b for a Mamba group (0 when P <= b)."""
+    b = geometry.groups[group].block_size
+    return Tokens(max(prompt - 1, 0) // b * b)
+
+
+def compute_attention_boundaries(geometry: Geometry, group: GroupId, prompt: Tokens) -> tuple[Boundary, ...]:
+    """Return the boundaries an attention group stores for a prompt of P tokens, ascending."""
+    s = compute_span(geometry, group)
+    full = compute_full_boundary(geometry, prompt)
+    out = {Boundary(k * s) for k in range(1, full // s + 1)}
+    if is_tail_stored(geometry, prompt):
+        t = compute_sub_block_tail(geometry, prompt)
+        last = -(-t // s) - 1
+        for i in range(min(full // s, last), last + 1):
+            out.add(Boundary(min((i + 1) * s, t)))
+    return tuple(sorted(out))
+
+
+def compute_mamba_boundaries(geometry: Geometry, group: GroupId, prompt: Tokens) -> tuple[Boundary, ...]:
+    """Return the boundaries a Mamba group stores: checkpoints by retention, plus the tail T when it is its own."""
+    b = geometry.groups[group].block_size
+    r = compute_replay_boundary(geometry, group, prompt)
+    if geometry.retention == "dense":
+        out = {Boundary(k * b) for k in range(1, r // b + 1)}
+    else:
+        out = {Boundary(r)} if r > 0 else set()
+    t = compute_sub_block_tail(geometry, prompt)
+    if is_tail_stored(geometry, prompt) and t % b != 0:
+        out.add(Boundary(t))
+    return tuple(sorted(out))
+
+
+def compute_store_boundaries(geometry: Geometry, prompt: Tokens) -> frozenset[Obj]:
+    """Return every (group, boundary) object one request of P prompt tokens stores."""
+    out: set[Obj] = set()
+    for gid, g in enumerate(geometry.groups):
+        fn = compute_attention_boundaries if g.kind == "attention" else compute_mamba_boundaries
+        out.update((GroupId(gid), t) for t in fn(geometry, GroupId(gid), prompt))
+    return frozenset(out)
+
+
+def compute_rank_objects(geometry: Geometry, objects: Iterable[Obj]) -> frozenset[RankObj]:
+    """Return every rank's shard of the objects (each rank writes its own key)."""
+    return frozenset((g, t, r) for g, t in objects for r in compute_ranks(geometry))
+
+
+def compute_visible(objects: Iterable[Obj], shared: Tokens) -> frozenset[Obj]:
+    """Return the objects a lookup request can name: H_t agrees for t <= the shared prefix."""
+    return frozenset((g, t) for g, t in objects if t <= shared)
+
+
+def compute_present(geometry: Geometry, rank_objects: Iterable[RankObj]) -> frozenset[Obj]:
+    """Return E: the objects whose key exists on every rank."""
+    ranks = set(compute_ranks(geometry))
+    seen: dict[Obj, set[Rank]] = {}
+    for g, t, r in rank_objects:
+        seen.setdefault((g, t), set()).add(r)
+    return frozenset(o for o, rs in seen.items() if rs >= ranks)
