@@ -1,0 +1,73 @@
+"""Hypothesis strategies that construct valid values from the spec's preconditions (no filtering)."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
+from kvspec.spec.scenario import Scenario, StoredRequest
+from kvspec.spec.store import compute_rank_objects, compute_store_boundaries, compute_visible
+
+DCPS = (1, 2, 4, 8, 16)
+
+
+@st.composite
+def geometries(draw: st.DrawFn, max_unit: int = 256, max_q: int = 16) -> Geometry:
+    """Draw an attention + Mamba geometry, optionally with an equal-spec draft group or a second Mamba group."""
+    u = draw(st.integers(1, max_unit))
+    d = draw(st.sampled_from(DCPS))
+    qa = draw(st.integers(1, max_q))
+    qm = draw(st.one_of(st.just(qa), st.integers(1, max_q)))
+    eagle = draw(st.booleans())
+    groups = [Group(kind="attention", block_size=qa * u, eagle=eagle), Group(kind="mamba", block_size=qm * u)]
+    extra = draw(st.sampled_from(["none", "draft", "mamba2"]))
+    if extra == "draft":
+        groups.insert(1, Group(kind="attention", block_size=qa * u, eagle=draw(st.booleans())))
+    elif extra == "mamba2":
+        groups.append(Group(kind="mamba", block_size=draw(st.integers(1, max_q)) * u))
+    groups = draw(st.permutations(groups))
+    return Geometry(unit=u, groups=tuple(groups), parallel=Parallel(dcp=d),
+                    retention=draw(st.sampled_from(["replay", "dense"])))
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, rule: str = "fixed", max_blocks: int = 6, evict: bool = True) -> Scenario:
+    """Draw a geometry, 1-3 stored requests sharing random prefixes with one lookup, and random evictions."""
+    g = draw(geometries())
+    lcm = compute_lcm_span(g)
+    top = min(10**6, max_blocks * lcm)
+    near = st.integers(0, max_blocks).flatmap(
+        lambda k: st.integers(max(1, k * lcm - 3 * g.unit), k * lcm + 3 * g.unit))
+    n = draw(st.one_of(st.integers(1, top), near))
+    stored = []
+    for _ in range(draw(st.integers(1, 3))):
+        # most stored prompts are the lookup itself or overlap it heavily, so hits happen
+        p = draw(st.one_of(st.just(n), st.integers(n, n + 2 * lcm), st.integers(0, top), near))
+        s = draw(st.one_of(st.just(min(p, n)), st.just(min(p, n)), st.integers(0, min(p, n))))
+        stored.append(StoredRequest(prompt=p, shared=s))
+    evicted: frozenset = frozenset()
+    if evict:
+        objs = set()
+        for r in stored:
+            objs |= compute_visible(compute_store_boundaries(g, r.prompt), r.shared)
+        shards = sorted(compute_rank_objects(g, objs))
+        if shards and draw(st.booleans()):
+            evicted = frozenset(draw(st.lists(st.sampled_from(shards), max_size=4)))
+    return Scenario(geometry=g, prompt=n, stored=tuple(stored), evicted=evicted, rule=rule)
+
+
+@st.composite
+def arbitrary_present_scenarios(draw: st.DrawFn) -> Scenario:
+    """Draw a geometry and an arbitrary present set E (any subset of nameable objects)."""
+    g = draw(geometries(max_unit=8, max_q=6))
+    lcm = compute_lcm_span(g)
+    n = draw(st.integers(1, 4 * lcm))
+    u = g.unit
+    spans = sorted({compute_span(g, i) for i in range(len(g.groups))})
+    cands = st.one_of(st.integers(1, n // u).map(lambda k: k * u) if n >= u else st.nothing(),
+                      *(st.integers(1, max(n // s, 1)).map(lambda k, s=s: k * s) for s in spans))
+    if n < u:
+        return Scenario(geometry=g, prompt=n, objects=frozenset())
+    objs = draw(st.lists(st.tuples(st.integers(0, len(g.groups) - 1), cands), max_size=30))
+    top = n // u * u
+    return Scenario(geometry=g, prompt=n, objects=frozenset((a, t) for a, t in objs if t <= top))

@@ -1,0 +1,68 @@
+"""The invariant registry on the executable spec, by Hypothesis; the legacy rule must fail I-20."""
+
+from __future__ import annotations
+
+from hypothesis import Phase, example, find, given, note, settings
+
+from kvspec.spec.invariants import REGISTRY, compute_violations
+from kvspec.spec.presets import get_preset
+from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
+
+from .strategies import arbitrary_present_scenarios, scenarios
+
+KIMI = Scenario(geometry=get_preset("kimi-k3-dcp8"), prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),))
+
+
+@given(scenarios())
+@example(KIMI)
+def test_registry_holds_on_random_scenarios(sc):
+    """Every scenario invariant (I-12, I-SHARED, I-14, I-15, I-18, I-19, I-20, I-22) and I-21 hold."""
+    out = evaluate_scenario(sc)
+    note(f"h={out.hit_length} tails={out.tails}")
+    assert out.error is None, out.error
+    assert compute_violations(sc, out) == ()
+
+
+@given(arbitrary_present_scenarios())
+def test_tail_key_missing_unreachable_from_any_present_set(sc):
+    """'No tail key found' cannot happen for any E, however objects were evicted (I-18)."""
+    out = evaluate_scenario(sc)
+    assert out.error is None, out.error
+    assert compute_violations(sc, out) == ()
+
+
+def test_every_scenario_invariant_is_exercised():
+    ids = {inv.id for inv in REGISTRY if inv.kind == "scenario"}
+    assert {"I-12", "I-14", "I-15", "I-18", "I-19", "I-20", "I-SHARED"} <= ids
+
+
+def test_legacy_rule_fails_I20_with_shrunk_counterexample():
+    """The pre-#53324 loader (tail keyed at h) breaks I-20; Hypothesis finds and shrinks a counterexample."""
+    def breaks(sc: Scenario) -> bool:
+        out = evaluate_scenario(sc)
+        return "I-20" in compute_violations(sc, out)
+
+    found = find(scenarios(rule="legacy", evict=False), breaks,
+                 settings=settings(max_examples=2000, database=None, phases=[Phase.generate, Phase.shrink]))
+    out = evaluate_scenario(found)
+    bad = [e for e in out.load if not e.present]
+    print("legacy counterexample:", found, "->", bad)
+    assert bad and all(e.key_boundary == out.hit_length for e in bad)
+    assert found.geometry.parallel.dcp > 1 or len({g.block_size for g in found.geometry.groups}) > 1
+
+
+def test_legacy_breaks_the_worked_example_and_fixed_does_not():
+    legacy = Scenario(geometry=KIMI.geometry, prompt=15000, stored=KIMI.stored, rule="legacy")
+    assert compute_violations(legacy, evaluate_scenario(legacy)) == ("I-19", "I-20")
+    assert compute_violations(KIMI, evaluate_scenario(KIMI)) == ()
+
+
+def test_full_prompt_hit_is_rederived_below_n():
+    # A longer stored request covers all 16 tokens of the lookup: the hit must leave one token to compute,
+    # and is re-derived against the stored boundaries (#49481), not clamped to N-1 arithmetically (#43494).
+    from kvspec.spec.geometry import make_geometry
+    g = make_geometry(1, [("attention", 4, False), ("mamba", 4, False)], dcp=2, retention="dense")
+    sc = Scenario(geometry=g, prompt=16, stored=(StoredRequest(prompt=24, shared=16),))
+    out = evaluate_scenario(sc)
+    assert out.lookup.rederived and out.lookup.bound == 15 and out.hit_length == 8
+    assert compute_violations(sc, out) == ()
