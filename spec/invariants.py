@@ -21,7 +21,8 @@ import attrs
 
 from .geometry import compute_alignment, compute_span
 from .lookup import compute_tail_block
-from .scenario import Outcome, Scenario
+from .scenario import Outcome, Scenario, compute_stored_objects
+from .store import Obj, compute_present
 from .types import GroupId
 
 MISSING = -1  # tail boundary of a group whose tail key could not be found
@@ -52,16 +53,18 @@ class Witness:
     groups: tuple[GroupView, ...]
 
 
-def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
-    """Return the int witness of an evaluated scenario."""
+def compute_witness(scenario: Scenario, outcome: Outcome, truth: frozenset[Obj] | None = None) -> Witness:
+    """Return the int witness of an evaluated scenario, judged against the spec's own E (given, or recomputed)."""
     g = scenario.geometry
     h = outcome.hit_length
+    if truth is None:  # a mutant's outcome.present is not trusted: E comes from the spec's own store rule
+        truth = compute_present(g, compute_stored_objects(scenario) - scenario.evicted)
     tails = dict(outcome.tails)
     last_key = {e.group: e.key_boundary for e in outcome.load}  # plan order: last entry of g is its tail block
     views = []
     for gid, gr in enumerate(g.groups):
         s = compute_span(g, GroupId(gid))
-        mine = frozenset(t for x, t in outcome.present if x == gid)
+        mine = frozenset(t for x, t in truth if x == gid)
         views.append(GroupView(attention=gr.kind == "attention", span=s,
                                tail_block=compute_tail_block(s, h) if h > 0 else -1,
                                tail=tails.get(GroupId(gid), MISSING), tail_key=last_key.get(GroupId(gid), MISSING),
@@ -232,11 +235,12 @@ def get_invariant(inv_id: str) -> Invariant:
     raise KeyError(inv_id)
 
 
-def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
+def compute_violations(scenario: Scenario, outcome: Outcome, truth: frozenset[Obj] | None = None
+                       ) -> tuple[str, ...]:
     """Return the ids of the scenario invariants (and structural rules) an evaluated scenario violates."""
     from .ops import IntOps
 
-    w = compute_witness(scenario, outcome)
+    w = compute_witness(scenario, outcome, truth)
     bad = [inv.id for inv in REGISTRY if inv.kind == "scenario" and not inv.predicate(IntOps, w)]
     bad.extend(compute_plan_violations(scenario, outcome))
     return tuple(bad)

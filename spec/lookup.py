@@ -5,7 +5,7 @@ E is the set of present (group, boundary) objects in the lookup request's own ha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
@@ -104,21 +104,36 @@ def find_mamba_hit(geometry: Geometry, block_size: int, have: frozenset[Boundary
     return Tokens(max(ok, default=0))
 
 
-def compute_fixed_point(geometry: Geometry, present: frozenset[Obj], max_len: Tokens,
-                        round_no: int = 0) -> tuple[Tokens, tuple[LookupStep, ...]]:
+Finder = Callable[[Geometry, SpecGroup, frozenset[Boundary], Tokens, Tokens, bool], tuple[Tokens, Tokens]]
+
+
+def run_attention_finder(geometry: Geometry, sg: SpecGroup, have: frozenset[Boundary], cur: Tokens,
+                         max_len: Tokens, drop: bool) -> tuple[Tokens, Tokens]:
+    """Return (search bound, hit) of an attention spec group asked to accept cur; the peek margin only with the drop."""
+    span = compute_span(geometry, sg.members[0])
+    search = Tokens(min(cur + compute_peek_margin(geometry, span), max_len)) if drop else cur
+    return search, find_attention_hit(geometry, span, have, search, drop)
+
+
+def run_mamba_finder(geometry: Geometry, sg: SpecGroup, have: frozenset[Boundary], cur: Tokens,
+                     max_len: Tokens, drop: bool) -> tuple[Tokens, Tokens]:
+    """Return (search bound, hit) of a Mamba spec group: never a margin, never a drop (#43559)."""
+    return cur, find_mamba_hit(geometry, sg.block_size, have, cur)
+
+
+FINDERS: Mapping[str, Finder] = {"attention": run_attention_finder, "mamba": run_mamba_finder}
+
+
+def compute_fixed_point(geometry: Geometry, present: frozenset[Obj], max_len: Tokens, round_no: int = 0,
+                        finders: Mapping[str, Finder] = FINDERS) -> tuple[Tokens, tuple[LookupStep, ...]]:
     """Return the length every spec group accepts, starting from max_len, and the trace."""
     groups = compute_spec_groups(geometry)
     have = [compute_group_present(present, sg.members) for sg in groups]
-    spans = [compute_span(geometry, sg.members[0]) for sg in groups]
     steps: list[LookupStep] = []
 
     def run(idx: int, cur: Tokens, drop: bool, pass_no: int) -> Tokens:
         sg = groups[idx]
-        if sg.kind == "attention":
-            search = Tokens(min(cur + compute_peek_margin(geometry, spans[idx]), max_len)) if drop else cur
-            new = find_attention_hit(geometry, spans[idx], have[idx], search, drop)
-        else:
-            search, new = cur, find_mamba_hit(geometry, sg.block_size, have[idx], cur)
+        search, new = finders[sg.kind](geometry, sg, have[idx], cur, max_len, drop)
         steps.append(LookupStep(round=round_no, pass_no=pass_no, spec_group=idx, members=sg.members,
                                 action="find", bound=cur, search_bound=search, eagle_drop=drop, result=new))
         return new
@@ -157,19 +172,20 @@ def compute_fixed_point(geometry: Geometry, present: frozenset[Obj], max_len: To
     return hit, tuple(steps)
 
 
-def compute_lookup(geometry: Geometry, present: frozenset[Obj], prompt: Tokens) -> LookupResult:
+def compute_lookup(geometry: Geometry, present: frozenset[Obj], prompt: Tokens,
+                   finders: Mapping[str, Finder] = FINDERS) -> LookupResult:
     """Return the hit length h for a request of N tokens: bound ⌊N/a⌋·a, re-derived below N when h >= N."""
     a = compute_alignment(geometry)
     bound = Tokens(prompt // a * a)
     if bound <= 0:
         return LookupResult(hit_length=Tokens(0), bound=bound, rederived=False, steps=())
-    hit, steps = compute_fixed_point(geometry, present, bound)
+    hit, steps = compute_fixed_point(geometry, present, bound, finders=finders)
     if hit < prompt:
         return LookupResult(hit_length=hit, bound=bound, rederived=False, steps=steps)
     bound2 = Tokens((prompt - 1) // a * a)
     if bound2 <= 0:
         return LookupResult(hit_length=Tokens(0), bound=bound2, rederived=True, steps=steps)
-    hit2, steps2 = compute_fixed_point(geometry, present, bound2, round_no=1)
+    hit2, steps2 = compute_fixed_point(geometry, present, bound2, round_no=1, finders=finders)
     return LookupResult(hit_length=hit2, bound=bound2, rederived=True, steps=steps + steps2)
 
 

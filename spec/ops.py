@@ -81,6 +81,11 @@ class IntOps:
         assert d >= 1, f"divisor {d} < 1"
         return x % d == 0
 
+    @staticmethod
+    def let(name: str, value: Any) -> Any:
+        """Return value (Z3Ops names it with a fresh variable)."""
+        return value
+
 
 class Z3Ops:
     """Build Z3 terms; divisions record the side condition divisor >= 1."""
@@ -92,6 +97,8 @@ class Z3Ops:
 
         self.z3 = z3
         self.side: list[Any] = []
+        self.defs: list[Any] = []
+        self.bounded: list[Any] = []
         self._fresh = 0
 
     def _div_guard(self, b: Any) -> None:
@@ -141,12 +148,25 @@ class Z3Ops:
         return self.z3.Implies(a, b)
 
     def all_below(self, n: Any, body: Callable[[Any], Any]) -> Any:
-        """Return forall i. 0 <= i < n => body(i)."""
+        """Return 0 <= i < n => body(i) for a fresh free i (forall i, as every free variable of a goal is).
+
+        Sound only where the result occurs positively in the claim (never in a precondition, never
+        under Not or on the left of Implies); the registry's predicates use it that way, and the
+        prover rejects preconditions that contain one (``self.bounded`` records them).
+        """
         self._fresh += 1
         i = self.z3.Int(f"_i{self._fresh}")
-        return self.z3.ForAll([i], self.z3.Implies(self.z3.And(i >= 0, i < n), body(i)))
+        self.bounded.append(i)
+        return self.z3.Implies(self.z3.And(i >= 0, i < n), body(i))
 
     def divides(self, d: Any, x: Any) -> Any:
         """Return whether d (>= 1) divides x."""
         self._div_guard(d)
         return x % d == 0
+
+    def let(self, name: str, value: Any) -> Any:
+        """Return a fresh variable defined equal to value (the definition goes to ``self.defs``)."""
+        self._fresh += 1
+        v = self.z3.Int(f"{name}_{self._fresh}") if not self.z3.is_bool(value) else self.z3.Bool(f"{name}_{self._fresh}")
+        self.defs.append(v == value)
+        return v

@@ -1,0 +1,73 @@
+"""Bounded exhaustive runs of the whole registry on the executable spec, over small scopes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
+from kvspec.spec.scenario import Scenario, StoredRequest
+from kvspec.spec.store import compute_rank_objects, compute_store_boundaries, compute_visible
+
+DCPS = (1, 2, 4, 8)
+UNITS = (1, 2, 4)
+MAX_Q = 4  # block sizes up to 4u
+
+
+def iterate_geometries(dcps: tuple[int, ...] = DCPS) -> Iterator[Geometry]:
+    """Yield every geometry of the scope: attention + Mamba, plus an equal-spec draft or a second Mamba group."""
+    for d in dcps:
+        for u in UNITS:
+            for qa in range(1, MAX_Q + 1):
+                for qm in range(1, MAX_Q + 1):
+                    for eagle in (False, True):
+                        for ret in ("replay", "dense"):
+                            att = Group(kind="attention", block_size=qa * u, eagle=eagle)
+                            mam = Group(kind="mamba", block_size=qm * u)
+                            shapes = [(att, mam), (Group(kind="attention", block_size=qa * u), att, mam)]
+                            shapes.append((att, mam, Group(kind="mamba", block_size=(qm % MAX_Q + 1) * u)))
+                            for gs in shapes:
+                                yield Geometry(unit=u, groups=gs, parallel=Parallel(dcp=d), retention=ret)
+
+
+def compute_lengths(g: Geometry, limit_units: int) -> list[int]:
+    u = g.unit
+    spans = {compute_span(g, i) for i in range(len(g.groups))} | {compute_lcm_span(g)}
+    """Return the prompt and prefix lengths of the scope: a few units, and one unit around every span multiple."""
+    near = {k * s + du * u for s in spans for k in (1, 2) for du in (-1, 0, 1)}
+    small = {k * u for k in range(limit_units + 1)}
+    vals = {v + dv for v in near | small for dv in (0, 1)}
+    return sorted(v for v in vals if 0 <= v <= 2 * compute_lcm_span(g) + 2 * u)
+
+
+def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = True) -> Iterator[Scenario]:
+    """Yield the scenarios of one geometry: prompts near every span boundary, every shared prefix, single evictions."""
+    lens = compute_lengths(geometry, limit_units)
+    u = geometry.unit
+    for p in lens:
+        if p >= 1:  # an identical resend, every shared prefix of the scope
+            for s in sorted({t for t in lens if t <= p and t % u == 0} | {p}):
+                yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=s),))
+        # a longer lookup sharing the whole stored prompt (and one unit more than it could share)
+        yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p),))
+        if evict and p >= 1:
+            objs = compute_visible(compute_store_boundaries(geometry, p), p)
+            last = geometry.parallel.dcp - 1
+            for g, t in sorted(objs):
+                yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
+                               evicted=frozenset({(g, t, last)}))
+            if len(objs) > 1:  # an object evicted on every rank
+                g, t = sorted(objs)[len(objs) // 2]
+                yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
+                               evicted=compute_rank_objects(geometry, {(g, t)}))
+        # two stored requests: the lookup shares a prefix with each
+        if p >= 2 * u:
+            yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p - u),
+                                                                    StoredRequest(prompt=p + 2 * u, shared=p + u)))
+
+
+def iterate_all(limit_units: int = 3, evict: bool = True, stride: int = 1, offset: int = 0,
+                dcps: tuple[int, ...] = DCPS) -> Iterator[Scenario]:
+    """Yield every scenario of the scope (geometries offset, offset+stride, ... for parallel workers)."""
+    for k, g in enumerate(iterate_geometries(dcps)):
+        if k % stride == offset:
+            yield from iterate_scenarios(g, limit_units, evict)

@@ -1,0 +1,55 @@
+"""The link between the Z3 closed form and the executable spec: equal on every checked input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kvspec.spec.geometry import Geometry, Group, Parallel
+from kvspec.spec.invariants import MISSING
+from kvspec.spec.ops import IntOps
+from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
+
+from .closed_form import Params, compute_closed_form
+
+
+def build_scenario(x: Params, draft: bool = False) -> Scenario:
+    """Return the executable scenario the closed form describes (with an equal-spec draft group if asked)."""
+    b = x.q * x.u
+    groups = [Group(kind="attention", block_size=b, eagle=bool(x.e) and not draft)]
+    if draft:
+        groups.append(Group(kind="attention", block_size=b, eagle=bool(x.e)))
+    groups.append(Group(kind="mamba", block_size=b))
+    g = Geometry(unit=x.u, groups=tuple(groups), parallel=Parallel(dcp=x.d),
+                 retention="dense" if x.dense else "replay")
+    return Scenario(geometry=g, prompt=x.n, stored=(StoredRequest(prompt=x.p, shared=x.s_shared),))
+
+
+def compare(x: Params, draft: bool = False) -> str | None:
+    """Return a description of the first difference between closed form and spec, or None."""
+    cf, _, _ = compute_closed_form(IntOps, x)
+    sc = build_scenario(x, draft)
+    out = evaluate_scenario(sc)
+    if out.error is not None:
+        return f"spec error {out.error}"
+    tails = dict(out.tails)
+    got = (out.hit_length, tails.get(0, MISSING), tails.get(len(sc.geometry.groups) - 1, MISSING))
+    want = (cf.hit, cf.tail_attention if cf.hit > 0 else MISSING, cf.tail_mamba if cf.hit > 0 else MISSING)
+    if draft and tails.get(1, MISSING) != tails.get(0, MISSING):
+        return f"draft tail {tails.get(1)} != attention tail {tails.get(0)} for {x}"
+    return None if got == want else f"spec (h, B_att, B_mamba) = {got} but closed form = {want} for {x}"
+
+
+def iterate_small_scope(dcps: tuple[int, ...] = (1, 2, 4, 8), units: tuple[int, ...] = (1, 2, 4),
+                        max_q: int = 4, blocks: int = 2) -> Iterator[Params]:
+    """Yield every closed-form input of a small scope: prompts up to `blocks` attention spans, every shared prefix."""
+    for d in dcps:
+        for u in units:
+            for q in range(1, max_q + 1):
+                s = q * u * d
+                lens = sorted({v for k in range(blocks * s // u + 2) for v in (k * u, k * u + 1) if v <= blocks * s + u})
+                for e in (0, 1):
+                    for dense in (0, 1):
+                        for p in lens:
+                            for n in (v for v in lens if v >= 1):
+                                for sh in sorted({v for v in lens if v <= min(p, n)} | {min(p, n)}):
+                                    yield Params(u=u, q=q, d=d, e=e, dense=dense, p=p, n=n, s_shared=sh)

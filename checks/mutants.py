@@ -1,0 +1,166 @@
+"""The known bugs of the family, re-introduced as named variants of the spec; each must be caught.
+
+A mutant replaces exactly one stage of the spec (checks judge it against the spec's own E).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from kvspec.spec.errors import SpecError
+from kvspec.spec.geometry import Geometry, Parallel, compute_alignment, compute_span, is_fine
+from kvspec.spec.invariants import compute_violations
+from kvspec.spec.lookup import (FINDERS, LookupResult, SpecGroup, compute_fixed_point, compute_lookup,
+                                compute_tail_block, compute_tail_boundaries, find_mamba_hit)
+from kvspec.spec.plan import LoadEntry, plan_load
+from kvspec.spec.scenario import SPEC_STAGES, Scenario, Stages, evaluate_scenario
+from kvspec.spec.store import Obj, RankObj
+from kvspec.spec.types import Boundary, GroupId, Tokens
+
+
+def _descale(g: Geometry) -> Geometry:
+    return attrs.evolve(g, parallel=Parallel(dcp=1))
+
+
+def _legacy_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = "fixed") -> Any:
+    return compute_tail_boundaries(g, present, n, h, "legacy")
+
+
+def _no_dcp_lookup(g: Geometry, present: frozenset[Obj], n: Tokens) -> LookupResult:
+    return compute_lookup(_descale(g), present, n)
+
+
+def _no_dcp_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = "fixed") -> Any:
+    return compute_tail_boundaries(_descale(g), present, n, h, rule)
+
+
+def _no_dcp_plan(g: Geometry, present: frozenset[Obj], h: Tokens, tails: Any) -> tuple[LoadEntry, ...]:
+    return plan_load(_descale(g), present, h, tails)
+
+
+def _first_attention_floor_plan(g: Geometry, present: frozenset[Obj], h: Tokens, tails: Any) -> tuple[LoadEntry, ...]:
+    """Pre-#53324 truncation: only the first attention group is cut, with floor (drops the partial tail block)."""
+    full = plan_load(g, present, h, tails)
+    first = next((i for i, gr in enumerate(g.groups) if gr.kind == "attention"), None)
+    out = []
+    for e in full:
+        if e.group == first and e.end < (e.block + 1) * compute_span(g, e.group) and e.end == h:
+            continue  # floor(h / s) blocks: the partially used tail block is not loaded
+        out.append(e)
+    # the other attention groups are left at their own (untruncated) length: one block further when it exists
+    for gid, gr in enumerate(g.groups):
+        if gr.kind == "attention" and gid != first and h > 0:
+            s = compute_span(g, GroupId(gid))
+            nxt = compute_tail_block(s, h) + 1
+            if (GroupId(gid), Boundary((nxt + 1) * s)) in present:
+                out.append(LoadEntry(group=GroupId(gid), block=nxt, start=Tokens(nxt * s), end=Tokens((nxt + 1) * s),
+                                     key_boundary=Boundary((nxt + 1) * s), present=True))
+    return tuple(sorted(out, key=lambda e: (e.group, e.block)))
+
+
+def _drop_on_load_plan(g: Geometry, present: frozenset[Obj], h: Tokens, tails: Any) -> tuple[LoadEntry, ...]:
+    """The EAGLE drop applied again on the load side: the load covers h minus one alignment unit."""
+    if not any(gr.eagle for gr in g.groups) or h <= 0:
+        return plan_load(g, present, h, tails)
+    a = compute_alignment(g)
+    h2 = Tokens(max(h - a, 0) // a * a)
+    return plan_load(g, present, h2, compute_tail_boundaries(g, present, Tokens(h), h2) if h2 > 0 else ())
+
+
+def _mamba_margin_finder(g: Geometry, sg: SpecGroup, have: frozenset[Boundary], cur: Tokens, max_len: Tokens,
+                         drop: bool) -> tuple[Tokens, Tokens]:
+    """#43559: Mamba searched past the candidate with the EAGLE peek margin."""
+    if not any(gr.eagle for gr in g.groups):
+        return cur, find_mamba_hit(g, sg.block_size, have, cur)
+    search = Tokens(min(cur + (g.unit if is_fine(g) else sg.block_size), max_len))
+    return search, find_mamba_hit(g, sg.block_size, have, search)
+
+
+MAMBA_MARGIN_FINDERS: Mapping[str, Any] = {**FINDERS, "mamba": _mamba_margin_finder}
+
+
+def _mamba_margin_lookup(g: Geometry, present: frozenset[Obj], n: Tokens) -> LookupResult:
+    return compute_lookup(g, present, n, finders=MAMBA_MARGIN_FINDERS)
+
+
+def _rank0_present(g: Geometry, rank_objects: Iterable[RankObj]) -> frozenset[Obj]:
+    """#46855: the lookup checks only rank 0's keys."""
+    return frozenset((gid, t) for gid, t, r in rank_objects if r == 0)
+
+
+def _no_rederive_lookup(g: Geometry, present: frozenset[Obj], n: Tokens) -> LookupResult:
+    """#43494/#49481: a full-prompt hit is not re-derived below N."""
+    a = compute_alignment(g)
+    bound = Tokens(n // a * a)
+    if bound <= 0:
+        return LookupResult(hit_length=Tokens(0), bound=bound, rederived=False, steps=())
+    hit, steps = compute_fixed_point(g, present, bound)
+    return LookupResult(hit_length=hit, bound=bound, rederived=False, steps=steps)
+
+
+def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = "fixed") -> Any:
+    """The tail scan going backwards from h inside the block instead of forwards."""
+    if h <= 0:
+        return ()
+    out = []
+    for gid in range(len(g.groups)):
+        if (gid, h) in present:
+            out.append((GroupId(gid), Boundary(h)))
+            continue
+        s = compute_span(g, GroupId(gid))
+        lo = compute_tail_block(s, h) * s
+        found = [t for x, t in present if x == gid and lo < t < h and t % g.unit == 0]
+        if not found:
+            raise SpecError("tail-key-missing", f"no stored tail key for group {gid} at hit length {h}")
+        out.append((GroupId(gid), Boundary(max(found))))
+    return tuple(out)
+
+
+@attrs.frozen(kw_only=True)
+class Mutant:
+    """A known bug as a variant of one spec stage."""
+
+    name: str
+    bug: str
+    stages: Stages
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(name="legacy-tail-key", bug="#53324: tail block keyed at the hit length",
+           stages=attrs.evolve(SPEC_STAGES, tails=_legacy_tails)),
+    Mutant(name="no-dcp-scaling", bug="before #53324: hybrid lookup/load with unscaled attention spans",
+           stages=attrs.evolve(SPEC_STAGES, lookup=_no_dcp_lookup, tails=_no_dcp_tails, plan=_no_dcp_plan)),
+    Mutant(name="first-attention-floor", bug="before #53324: only the first attention group truncated, with floor",
+           stages=attrs.evolve(SPEC_STAGES, plan=_first_attention_floor_plan)),
+    Mutant(name="eagle-drop-on-load", bug="EAGLE drop applied again on the load side (apply_eagle=True)",
+           stages=attrs.evolve(SPEC_STAGES, plan=_drop_on_load_plan)),
+    Mutant(name="mamba-peek-margin", bug="#43559: a peek margin for Mamba",
+           stages=attrs.evolve(SPEC_STAGES, lookup=_mamba_margin_lookup)),
+    Mutant(name="rank0-only-lookup", bug="#46855: lookup checks only rank 0's keys",
+           stages=attrs.evolve(SPEC_STAGES, present=_rank0_present)),
+    Mutant(name="no-rederive-below-n", bug="#43494/#49481: full-prompt hit not re-derived below N",
+           stages=attrs.evolve(SPEC_STAGES, lookup=_no_rederive_lookup)),
+    Mutant(name="tail-scan-backward", bug="the tail scan going backwards instead of forwards",
+           stages=attrs.evolve(SPEC_STAGES, tails=_backward_tails)),
+)
+
+
+def compute_mutant_violations(mutant: Mutant, scenario: Scenario) -> tuple[str, ...]:
+    """Return the checks a mutant's outcome on one scenario violates (a spec error counts as I-18)."""
+    out = evaluate_scenario(scenario, mutant.stages)
+    bad = compute_violations(scenario, out)
+    return bad + (("I-18",) if out.error is not None and "I-18" not in bad else ())
+
+
+def hunt(mutant: Mutant, scenarios: Iterable[Scenario]) -> tuple[tuple[str, ...], Scenario | None, int]:
+    """Return (checks that caught it, the first catching scenario, scenarios tried) over a scenario stream."""
+    n = 0
+    for sc in scenarios:
+        n += 1
+        bad = compute_mutant_violations(mutant, sc)
+        if bad:
+            return bad, sc, n
+    return (), None, n

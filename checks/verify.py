@@ -1,0 +1,250 @@
+"""`make verify`: Z3 theorems, the closed-form link, bounded exhaustive runs and mutants, as one table.
+
+Every row: check id, statement, method (z3 / exhaustive / hypothesis / mutant), result, seconds.
+Exit status 0 only when every theorem has its expected answer (unknown = failure), every
+exhaustive and link run found nothing, and every mutant was caught.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from typing import Any
+
+ROW = dict[str, Any]
+STRIDE = 12  # exhaustive work split into this many chunks
+
+
+def _z3_task(idx: int, fast: bool) -> ROW:
+    from .prove import compute_theorems, format_explain_command, prove
+    th = _theorems(fast)[idx]
+    v = prove(th)
+    row: ROW = {"id": th.name, "statement": th.statement, "method": "z3", "expected": th.expected,
+                "result": v.answer, "ok": v.ok, "seconds": round(v.seconds, 3), "rests_on": th.rests_on,
+                "budget_s": th.budget_s}
+    if v.model is not None:
+        row["counterexample"] = v.model
+        if th.name.startswith("LEGACY"):
+            row["command"] = format_explain_command(v.model)
+    if v.reason:
+        row["reason"] = v.reason
+    del compute_theorems
+    return row
+
+
+def _theorems(fast: bool) -> tuple[Any, ...]:
+    from .prove import compute_theorems
+    ths = compute_theorems()
+    if fast:  # arithmetic theorems are slow-ish; keep the Kimi geometry and the legacy refutation
+        ths = tuple(t for t in ths if t.name.endswith("@D8u128b1536") or t.name == "LEGACY-D1-SAFE@D1u1b2")
+    return ths
+
+
+def _exhaustive_task(offset: int, fast: bool) -> ROW:
+    from kvspec.spec.invariants import compute_violations
+    from kvspec.spec.scenario import evaluate_scenario
+
+    from .exhaustive import iterate_all
+    t0 = time.perf_counter()
+    n, bad = 0, []
+    stride = STRIDE * (40 if fast else 1)
+    for sc in iterate_all(stride=stride, offset=offset):
+        out = evaluate_scenario(sc)
+        v = compute_violations(sc, out, out.present)
+        n += 1
+        if v or out.error is not None:
+            bad.append({"violated": list(v), "scenario": repr(sc)})
+            if len(bad) >= 3:
+                break
+    return {"id": f"EXH-{offset}", "n": n, "bad": bad, "seconds": time.perf_counter() - t0}
+
+
+def _link_task(part: str, fast: bool) -> ROW:
+    from .link import compare, iterate_small_scope
+    t0 = time.perf_counter()
+    n, bad = 0, []
+    if part == "exhaustive":
+        scope = iterate_small_scope(dcps=(1, 2, 8) if fast else (1, 2, 4, 8), units=(1, 2), max_q=2, blocks=1)
+        draft = False
+    elif part == "exhaustive-draft":
+        scope = iterate_small_scope(dcps=(1, 4), units=(1, 2), max_q=2, blocks=1)
+        draft = True
+    else:
+        return _link_hypothesis(fast)
+    for k, x in enumerate(scope):
+        if fast and k % 7:
+            continue
+        n += 1
+        r = compare(x, draft=draft)
+        if r:
+            bad.append(r)
+            break
+    return {"id": f"LINK-{part}", "n": n, "bad": bad, "seconds": time.perf_counter() - t0}
+
+
+def _link_hypothesis(fast: bool) -> ROW:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from .closed_form import Params
+    from .link import compare
+    t0 = time.perf_counter()
+    seen = {"n": 0}
+
+    @st.composite
+    def params(draw: Any) -> Params:
+        u = draw(st.integers(1, 256))
+        q = draw(st.integers(1, 16))
+        d = draw(st.sampled_from([1, 2, 4, 8, 16]))
+        p = draw(st.integers(0, 10**6))
+        n = draw(st.one_of(st.just(max(p, 1)), st.integers(1, 10**6)))
+        s = draw(st.one_of(st.just(min(p, n)), st.integers(0, min(p, n))))
+        return Params(u=u, q=q, d=d, e=draw(st.integers(0, 1)), dense=draw(st.integers(0, 1)), p=p, n=n, s_shared=s)
+
+    @settings(max_examples=60 if fast else 400, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(params(), st.booleans())
+    def agree(x: Params, draft: bool) -> None:
+        seen["n"] += 1
+        r = compare(x, draft=draft)
+        assert r is None, r
+
+    bad = []
+    try:
+        agree()
+    except AssertionError as exc:
+        bad.append(str(exc).splitlines()[0])
+    return {"id": "LINK-hypothesis", "n": seen["n"], "bad": bad, "seconds": time.perf_counter() - t0}
+
+
+def _mutant_task(name: str, fast: bool) -> ROW:
+    from .exhaustive import iterate_all
+    from .mutants import MUTANTS, hunt
+    m = next(m for m in MUTANTS if m.name == name)
+    t0 = time.perf_counter()
+    caught, sc, n = hunt(m, iterate_all(dcps=(2, 8, 4, 1)))
+    return {"id": f"MUT-{name}", "statement": m.bug, "method": "mutant", "result": "caught" if caught else "MISSED",
+            "ok": bool(caught), "caught_by": list(caught), "tried": n, "seconds": round(time.perf_counter() - t0, 3),
+            "counterexample": repr(sc) if sc is not None else None}
+
+
+def _run(task: tuple[str, Any, bool]) -> ROW:
+    kind, arg, fast = task
+    fn = {"z3": _z3_task, "exh": _exhaustive_task, "link": _link_task, "mut": _mutant_task}[kind]
+    row = fn(arg, fast)
+    row["kind"] = kind
+    return row
+
+
+def collect(fast: bool = False, processes: int | None = None) -> list[ROW]:
+    """Return every row of the verification table (runs the work on all cores)."""
+    from .mutants import MUTANTS
+    tasks: list[tuple[str, Any, bool]] = []
+    tasks += [("exh", k, fast) for k in range(STRIDE)]
+    tasks += [("link", p, fast) for p in ("exhaustive", "exhaustive-draft", "hypothesis")]
+    tasks += [("z3", i, fast) for i in range(len(_theorems(fast)))]
+    tasks += [("mut", m.name, fast) for m in MUTANTS]
+    procs = processes or min(len(tasks), os.cpu_count() or 1)
+    if procs <= 1:
+        return [_run(t) for t in tasks]
+    with mp.get_context("fork").Pool(procs) as pool:
+        return list(pool.imap(_run, tasks))
+
+
+def summarize(rows: list[ROW], fast: bool) -> dict[str, Any]:
+    """Return the table rows for display and the totals."""
+    from kvspec.spec.invariants import REGISTRY
+
+    from .prove import SCOPE
+    table: list[ROW] = []
+    z3rows = [r for r in rows if r["kind"] == "z3"]
+    # group the per-geometry scenario theorems into one row per invariant
+    groups: dict[str, list[ROW]] = {}
+    for r in z3rows:
+        groups.setdefault(r["id"].split("@")[0], []).append(r)
+    for name, rs in groups.items():
+        ok = all(r["ok"] for r in rs)
+        answers = sorted({r["result"] for r in rs})
+        row = {"id": name, "statement": rs[0]["statement"], "method": "z3",
+               "result": "/".join(answers) + ("" if ok else " FAIL"), "ok": ok,
+               "seconds": round(sum(r["seconds"] for r in rs), 2), "expected": rs[0]["expected"],
+               "geometries": len(rs), "rests_on": rs[0]["rests_on"],
+               "slowest_s": max(r["seconds"] for r in rs), "budget_s": rs[0]["budget_s"]}
+        for r in rs:
+            if "command" in r:
+                row["command"] = r["command"]
+                row["counterexample"] = r["counterexample"]
+            if not r["ok"]:
+                row.setdefault("failures", []).append({k: r.get(k) for k in ("id", "result", "reason", "counterexample")})
+        table.append(row)
+    exh = [r for r in rows if r["kind"] == "exh"]
+    n_exh = sum(r["n"] for r in exh)
+    bad_exh = [b for r in exh for b in r["bad"]]
+    ids = [inv.id for inv in REGISTRY if inv.kind == "scenario"] + ["I-21"]
+    table.append({"id": "EXHAUSTIVE", "statement": f"registry ({', '.join(ids)}) on every scenario of the small scope "
+                  "(D∈{1,2,4,8}, u∈{1,2,4}, b≤4u, ≤3 groups, EAGLE, retentions, shared prefixes, evictions)",
+                  "method": "exhaustive", "result": f"{n_exh} scenarios, {len(bad_exh)} violations",
+                  "ok": not bad_exh, "seconds": round(sum(r["seconds"] for r in exh), 2), "scenarios": n_exh,
+                  "failures": bad_exh[:3]})
+    for r in (r for r in rows if r["kind"] == "link"):
+        method = "hypothesis" if r["id"].endswith("hypothesis") else "exhaustive"
+        table.append({"id": r["id"], "statement": "closed form == executable fixed point (h, tail boundaries)"
+                      + (" with a draft group" if "draft" in r["id"] else ""), "method": method,
+                      "result": f"{r['n']} inputs, {len(r['bad'])} differences", "ok": not r["bad"],
+                      "seconds": round(r["seconds"], 2), "scenarios": r["n"], "failures": r["bad"]})
+    for r in (r for r in rows if r["kind"] == "mut"):
+        table.append({"id": r["id"], "statement": r["statement"], "method": "mutant",
+                      "result": f"caught by {', '.join(r['caught_by'])}" if r["ok"] else "NOT CAUGHT",
+                      "ok": r["ok"], "seconds": r["seconds"], "tried": r["tried"],
+                      "counterexample": r["counterexample"]})
+    ok = all(r["ok"] for r in table)
+    return {"ok": ok, "fast": fast, "z3_scope": SCOPE, "rows": table,
+            "totals": {"checks": len(table), "failed": sum(not r["ok"] for r in table),
+                       "z3_calls": len(z3rows), "z3_proved": sum(r["result"] == "proved" for r in z3rows),
+                       "z3_refuted": sum(r["result"] == "refuted" for r in z3rows),
+                       "z3_unknown": sum(r["result"] == "unknown" for r in z3rows),
+                       "exhaustive_scenarios": n_exh,
+                       "link_inputs": sum(r["n"] for r in rows if r["kind"] == "link"),
+                       "mutants": sum(r["kind"] == "mut" for r in rows),
+                       "mutants_caught": sum(r["kind"] == "mut" and r["ok"] for r in rows)}}
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """Return the human-readable verification table."""
+    lines = [f"{'check':<22} {'method':<10} {'result':<34} {'s':>7}  statement"]
+    for r in report["rows"]:
+        lines.append(f"{r['id']:<22} {r['method']:<10} {r['result'][:34]:<34} {r['seconds']:>7.2f}  {r['statement']}")
+        if r["method"] == "z3" and r.get("geometries", 1) > 1:
+            lines.append(f"{'':<22} {'':<10} {'':<34} {'':>7}    on {r['geometries']} geometries, slowest "
+                         f"{r['slowest_s']:.2f} s of {r['budget_s']:.0f} s; rests on: {r['rests_on']}")
+        if "command" in r:
+            lines.append(f"{'':<22} counterexample (expected): {r['command']}")
+        if r["method"] == "mutant" and r["ok"]:
+            lines.append(f"{'':<22} first caught after {r['tried']} scenarios: {r['counterexample'][:160]}")
+        for f in r.get("failures") or []:
+            lines.append(f"{'':<22} FAILURE: {f}")
+    t = report["totals"]
+    lines.append("")
+    lines.append(f"z3 scope of the scenario theorems: {report['z3_scope']}")
+    lines.append(f"totals: {t['checks']} checks, {t['failed']} failed; z3 {t['z3_calls']} calls: {t['z3_proved']} proved,"
+                 f" {t['z3_refuted']} refuted, {t['z3_unknown']} unknown; exhaustive {t['exhaustive_scenarios']} "
+                 f"scenarios; link {t['link_inputs']} inputs; mutants {t['mutants_caught']}/{t['mutants']} caught")
+    lines.append("VERIFY: OK" if report["ok"] else "VERIFY: FAILED")
+    return "\n".join(lines)
+
+
+def run_verify(json_out: bool = False, fast: bool = False) -> int:
+    """Run everything, print the table (or JSON), return 0 when all checks pass."""
+    t0 = time.perf_counter()
+    report = summarize(collect(fast), fast)
+    report["wall_seconds"] = round(time.perf_counter() - t0, 2)
+    if json_out:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_table(report))
+        print(f"wall time: {report['wall_seconds']} s")
+    sys.stdout.flush()
+    return 0 if report["ok"] else 1
