@@ -1,0 +1,223 @@
+"""One DCP rank: paged KV memory, prefill, the store path, the lookup and the load path.
+
+Shares with the spec only the frozen geometry types (and their derived quantities) and the
+key grammar / hash chain; the store rule, the lookup, tail keys and the load plan are this
+module's and ``impl/lookup.py``'s own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from kvspec.spec.geometry import Geometry, compute_lcm_span, compute_rank_fields, compute_span, is_fine
+from kvspec.spec.keys import StoreKey, render_key
+
+from .lookup import HybridLookup
+from .mooncake_store import NO_AVAILABLE_HANDLE, MooncakeKV
+from .synthetic import SyntheticModel
+
+Obj = tuple[int, int]
+
+
+class RequestKV:
+    """Paged KV of one request on one rank: attention [blocks, b, W] (this rank's slots), Mamba [blocks+1, W]."""
+
+    def __init__(self, geometry: Geometry, n_tokens: int, width: int, device: torch.device) -> None:
+        self.tensors: list[torch.Tensor] = []
+        for i, gr in enumerate(geometry.groups):
+            blocks = max(1, math.ceil(max(n_tokens, 1) / compute_span(geometry, i)))
+            shape = (blocks, gr.block_size, width) if gr.kind == "attention" else (blocks + 1, width)
+            self.tensors.append(torch.full(shape, float("nan"), dtype=torch.float32, device=device))
+
+    def block(self, group: int, index: int) -> torch.Tensor:
+        """Return the physical block (a contiguous view) of a group."""
+        return self.tensors[group][index]
+
+    def cow_block(self, group: int) -> int:
+        """Return the index of a Mamba group's copy-on-write block (the sub-block tail state)."""
+        return self.tensors[group].shape[0] - 1
+
+
+class RankEngine:
+    """The KV-cache connector of one DCP rank."""
+
+    def __init__(self, geometry: Geometry, rank: int, store: MooncakeKV | None, device: torch.device,
+                 width: int = 8, model: str = "kvspec-model", cache_prefix: str = "",
+                 all_reduce_min: Callable[[torch.Tensor], None] | None = None) -> None:
+        self.g = geometry
+        self.rank = rank
+        self.store = store
+        self.device = device
+        self.width = width
+        self.model = SyntheticModel(width)
+        self.model_name = model
+        self.cache_prefix = cache_prefix
+        self.fields = compute_rank_fields(geometry, rank)
+        self.all_reduce_min = all_reduce_min or (lambda t: None)
+        self.spans = [compute_span(geometry, i) for i in range(len(geometry.groups))]
+
+    # ---------------------------------------------------------------- keys
+    def key(self, group: int, boundary: int, chain: Sequence[bytes]) -> str:
+        """Return this rank's key of object (group, boundary) in a request's hash chain."""
+        h = chain[boundary // self.g.unit - 1].hex()
+        return render_key(StoreKey(model=self.model_name, tp_rank=self.fields.tp_rank, pcp_rank=self.fields.pcp_rank,
+                                   dcp_rank=self.fields.dcp_rank, pp_rank=self.fields.pp_rank, group=group,
+                                   hash_hex=h, cache_prefix=self.cache_prefix))
+
+    # ---------------------------------------------------------------- prefill
+    def _owned(self, n_tokens: int, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return (positions, block index, slot) of this rank's tokens among the first n of an attention group."""
+        s, d, il = self.spans[group], self.g.parallel.dcp, self.g.parallel.interleave
+        pos = torch.arange(n_tokens)
+        o = pos % s
+        mine = ((o // il) % d) == self.rank
+        pos = pos[mine]
+        o = o[mine]
+        return pos, pos // s, (o // (d * il)) * il + o % il
+
+    def prefill(self, tokens: Sequence[int], kv: RequestKV) -> None:
+        """Compute the attention KV of every position this rank owns into kv (Mamba states are made at store time)."""
+        for i, gr in enumerate(self.g.groups):
+            if gr.kind != "attention":
+                continue
+            values = self.model.attention_kv(tokens, i, draft=gr.eagle)
+            pos, blk, slot = self._owned(len(tokens), i)
+            kv.tensors[i][blk.to(self.device), slot.to(self.device)] = values[pos].to(self.device)
+
+    # ---------------------------------------------------------------- store
+    def plan_objects(self, n_prompt: int) -> list[Obj]:
+        """Return the objects this request stores (this implementation's reading of the store rule)."""
+        g, u = self.g, self.g.unit
+        full = n_prompt // compute_lcm_span(g) * compute_lcm_span(g)
+        tail = n_prompt // u * u - (u if any(x.eagle for x in g.groups) else 0)
+        mamba_bs = [x.block_size for x in g.groups if x.kind == "mamba"]
+        tail_on = is_fine(g) and tail > 0 and any(tail % b for b in mamba_bs)
+        objs: set[Obj] = set()
+        for i, gr in enumerate(g.groups):
+            s = self.spans[i]
+            if gr.kind == "attention":
+                objs.update((i, k) for k in range(s, full + 1, s))
+                if tail_on:
+                    last = (tail + s - 1) // s - 1
+                    objs.update((i, min((blk + 1) * s, tail)) for blk in range(min(full // s, last), last + 1))
+            else:
+                b = gr.block_size
+                replay = (n_prompt - 1) // b * b if n_prompt > 0 else 0
+                ckpts = range(b, replay + 1, b) if g.retention == "dense" else ([replay] if replay > 0 else [])
+                objs.update((i, t) for t in ckpts)
+                if tail_on and tail % b:
+                    objs.add((i, tail))
+        return sorted(objs)
+
+    def store_request(self, tokens: Sequence[int], chain: Sequence[bytes], kv: RequestKV) -> dict[str, Any]:
+        """Put this rank's shard of every object of the request, zero-copy, skipping keys that exist."""
+        assert self.store is not None
+        objs = self.plan_objects(len(tokens))
+        keys, ptrs, sizes = [], [], []
+        for i, t in objs:
+            if self.g.groups[i].kind == "attention":
+                blk = kv.block(i, (t + self.spans[i] - 1) // self.spans[i] - 1)
+            else:
+                b = self.g.groups[i].block_size
+                idx = t // b - 1 if t % b == 0 else kv.cow_block(i)
+                kv.tensors[i][idx] = self.model.mamba_state(tokens, i, t).to(self.device)
+                blk = kv.block(i, idx)
+            keys.append(self.key(i, t, chain))
+            ptrs.append(blk.data_ptr())
+            sizes.append(blk.numel() * blk.element_size())
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        exists = self.store.exist(keys)
+        todo = [k for k, e in enumerate(exists) if e != 1]
+        rcs = self.store.put([keys[k] for k in todo], [ptrs[k] for k in todo], [sizes[k] for k in todo])
+        put = [keys[k] for k, rc in zip(todo, rcs) if rc == 0]
+        return {"objects": [list(o) for o in objs], "put": put, "existing": [keys[k] for k, e in enumerate(exists) if e == 1],
+                "store_full": sum(rc == NO_AVAILABLE_HANDLE for rc in rcs),
+                "failed": [[keys[k], rc] for k, rc in zip(todo, rcs) if rc not in (0, NO_AVAILABLE_HANDLE)],
+                "bytes": sum(sizes[k] for k, rc in zip(todo, rcs) if rc == 0)}
+
+    # ---------------------------------------------------------------- lookup
+    def lookup(self, chain: Sequence[bytes], n_tokens: int, legacy: bool = False) -> dict[str, Any]:
+        """Return the hit length and tail boundaries all ranks agree on (presence = MIN over ranks)."""
+        assert self.store is not None
+        own_probes = [0]
+
+        def probe(objs: list[Obj]) -> set[Obj]:
+            res = self.store.exist([self.key(i, t, chain) for i, t in objs])  # type: ignore[union-attr]
+            own_probes[0] += len(objs)
+            bits = torch.tensor([1 if r == 1 else 0 for r in res], dtype=torch.int32, device=self.device)
+            self.all_reduce_min(bits)
+            return {o for o, bit in zip(objs, bits.tolist()) if bit}
+
+        lk = HybridLookup(self.g, n_tokens)
+        try:
+            hit, tails = lk.run(probe, legacy=legacy)
+        except LookupError as exc:  # the loud form of a -704: report, load nothing
+            return {"hit": 0, "tails": [], "rounds": lk.rounds, "probes": own_probes[0], "error": str(exc)}
+        return {"hit": hit, "tails": [list(t) for t in tails], "rounds": lk.rounds, "probes": own_probes[0],
+                "error": None}
+
+    # ---------------------------------------------------------------- load
+    def plan_load(self, hit: int, tails: Sequence[Sequence[int]]) -> list[tuple[int, int, int]]:
+        """Return (group, block, key boundary): attention blocks 0..c, Mamba block c; the tail block at B_g."""
+        if hit <= 0:
+            return []
+        tail = {int(g): int(b) for g, b in tails}
+        out = []
+        for i, gr in enumerate(self.g.groups):
+            s = self.spans[i]
+            c = (hit + s - 1) // s - 1
+            for blk in (range(c + 1) if gr.kind == "attention" else (c,)):
+                out.append((i, blk, tail[i] if blk == c else (blk + 1) * s))
+        return out
+
+    def load(self, chain: Sequence[bytes], hit: int, tails: Sequence[Sequence[int]], kv: RequestKV) -> dict[str, Any]:
+        """Get whole physical blocks into a cold cache, zero-copy; report every key's result."""
+        assert self.store is not None
+        plan = self.plan_load(hit, tails)
+        keys, ptrs, sizes = [], [], []
+        for i, blk, t in plan:
+            dst = kv.block(i, blk)
+            keys.append(self.key(i, t, chain))
+            ptrs.append(dst.data_ptr())
+            sizes.append(dst.numel() * dst.element_size())
+        rcs = self.store.get(keys, ptrs, sizes)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return {"plan": [list(p) for p in plan], "keys": keys, "results": rcs,
+                "failed": [[k, rc] for k, rc in zip(keys, rcs) if rc < 0],
+                "bytes": sum(r for r in rcs if r > 0), "computed": hit if all(r >= 0 for r in rcs) else None}
+
+    # ---------------------------------------------------------------- verification
+    def compare_with_cold(self, tokens: Sequence[int], hit: int, loaded: RequestKV,
+                          plan: Sequence[Sequence[int]], results: Sequence[int]) -> tuple[int, int]:
+        """Return (bytes compared, bytes wrong) of [0, hit) against a cold prefill, over blocks loaded without error."""
+        if hit <= 0:
+            return 0, 0
+        ok_blocks = {(int(i), int(b)) for (i, b, _), rc in zip(plan, results) if rc >= 0}
+        cold = RequestKV(self.g, len(tokens), self.width, self.device)
+        self.prefill(tokens, cold)
+        compared = wrong = 0
+        for i, gr in enumerate(self.g.groups):
+            if gr.kind == "attention":
+                pos, blk, slot = self._owned(hit, i)
+                keep = torch.tensor([(i, int(b)) in ok_blocks for b in blk.tolist()], dtype=torch.bool)
+                blk, slot = blk[keep].to(self.device), slot[keep].to(self.device)
+                a, b = loaded.tensors[i][blk, slot], cold.tensors[i][blk, slot]
+            else:
+                bs = gr.block_size
+                c = (hit + bs - 1) // bs - 1
+                if (i, c) not in ok_blocks:
+                    continue
+                a = loaded.tensors[i][c]
+                b = self.model.mamba_state(tokens, i, hit).to(self.device)
+            n = a.numel() * a.element_size()
+            compared += n
+            if n:
+                bad_elems = (a.view(torch.int32) != b.view(torch.int32)).reshape(a.shape[0] if a.dim() > 1 else 1, -1)
+                wrong += int(bad_elems.any(dim=1).sum()) * (n // max(bad_elems.shape[0], 1))
+        return compared, wrong

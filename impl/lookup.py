@@ -1,0 +1,229 @@
+"""The implementation's own hybrid lookup: few existence probes in a constant number of rounds.
+
+Independent of ``kvspec.spec.lookup`` by construction (this module never imports it): the
+rule is re-derived from its statement and evaluated over a *presence oracle* that only knows
+the keys probed so far.  Probing plan (all ranks' keys, one batched ``batch_is_exist`` per
+round, presence ANDed across ranks by a MIN all-reduce):
+
+1. every attention group's full-block boundaries up to the bound, and every Mamba group's
+   block-multiple checkpoints up to the bound;
+2. the unit boundaries inside each attention group's first non-full block, and each Mamba
+   group's unit boundaries between its highest present checkpoint below the attention window
+   and the window's top;
+3. (only if the evaluation asked for a key outside what was probed) every remaining unit
+   boundary up to the last nameable one, for every group.
+
+The full-block scan is downward closed, so round 1 already fixes where the attention hit can
+land; that is what keeps the probe count to O(N/s + s/u) instead of O(N/u · groups · ranks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from kvspec.spec.geometry import Geometry, compute_alignment, compute_lcm_span, compute_span, is_fine
+
+Probe = Callable[[list[tuple[int, int]]], set[tuple[int, int]]]  # (group, boundary) list -> present subset
+
+
+class NeedProbe(Exception):
+    """The evaluation needs the presence of keys not probed yet."""
+
+    def __init__(self, wanted: set[tuple[int, int]]) -> None:
+        super().__init__(f"{len(wanted)} keys")
+        self.wanted = wanted
+
+
+class Presence:
+    """What is known about E: probed keys and the subset that is present (on every rank)."""
+
+    def __init__(self) -> None:
+        self.probed: set[tuple[int, int]] = set()
+        self.present: set[tuple[int, int]] = set()
+
+    def has(self, g: int, t: int) -> bool:
+        if (g, t) not in self.probed:
+            raise NeedProbe({(g, t)})
+        return (g, t) in self.present
+
+    def sorted_present(self, g: int) -> list[int]:
+        return sorted(t for x, t in self.present if x == g)
+
+
+class HybridLookup:
+    """Lookup for one request: the hit length, each group's tail boundary, probe accounting."""
+
+    def __init__(self, geometry: Geometry, n_tokens: int) -> None:
+        self.g = geometry
+        self.n = n_tokens
+        self.u = geometry.unit
+        self.fine = is_fine(geometry)
+        self.a = compute_alignment(geometry)
+        self.L = compute_lcm_span(geometry)
+        self.top = n_tokens // self.u * self.u  # last nameable boundary
+        self.bound = n_tokens // self.a * self.a
+        self.spans = [compute_span(geometry, i) for i in range(len(geometry.groups))]
+        self.kinds = [gr.kind for gr in geometry.groups]
+        # merged spec groups: same (kind, block size); attention first
+        merged: dict[tuple[str, int], list[int]] = {}
+        for i, gr in enumerate(geometry.groups):
+            merged.setdefault((gr.kind, gr.block_size), []).append(i)
+        self.spec = sorted(merged.values(), key=lambda ms: self.kinds[ms[0]] != "attention")
+        self.state = Presence()
+        self.rounds = 0
+        self.probes = 0
+
+    # ---------------------------------------------------------------- probing rounds
+    def _round(self, keys: Iterable[tuple[int, int]], probe: Probe) -> None:
+        fresh = sorted(set(keys) - self.state.probed)
+        if not fresh:
+            return
+        self.rounds += 1
+        self.probes += len(fresh)
+        self.state.present |= probe(fresh)
+        self.state.probed |= set(fresh)
+
+    def _first_round(self) -> list[tuple[int, int]]:
+        keys = []
+        for i, kind in enumerate(self.kinds):
+            step = self.spans[i]
+            keys += [(i, t) for t in range(step, self.bound + 1, step)]
+        return keys
+
+    def _second_round(self) -> list[tuple[int, int]]:
+        if not self.fine:
+            return []
+        keys: list[tuple[int, int]] = []
+        lo_att, hi_att = self.bound, 0
+        for i, kind in enumerate(self.kinds):
+            if kind != "attention":
+                continue
+            s = self.spans[i]
+            nb = 0
+            while (nb + 1) * s <= self.bound and (i, (nb + 1) * s) in self.state.present:
+                nb += 1
+            hi = min((nb + 1) * s, self.top)
+            keys += [(i, t) for t in range(nb * s + self.u, hi + 1, self.u)]
+            lo_att = min(lo_att, max(nb * s - s, 0))
+            hi_att = max(hi_att, hi)
+        if hi_att == 0:
+            hi_att = self.bound
+        for i, kind in enumerate(self.kinds):
+            if kind != "mamba":
+                continue
+            ckpts = [t for t in self.state.sorted_present(i) if t <= lo_att]
+            start = ckpts[-1] if ckpts else 0
+            keys += [(i, t) for t in range(start + self.u, min(hi_att, self.bound) + 1, self.u)]
+        return keys
+
+    def run(self, probe: Probe, legacy: bool = False) -> tuple[int, list[tuple[int, int]]]:
+        """Return (h, [(group, B_g)]) probing through `probe`; at most three probing rounds."""
+        if self.bound <= 0:
+            return 0, []
+        self._round(self._first_round(), probe)
+        self._round(self._second_round(), probe)
+        try:
+            h = self._hit()
+            return h, self._tails(h, legacy)
+        except NeedProbe:  # rare: complete the picture in one more round
+            self._round([(g, t) for g in range(len(self.kinds)) for t in range(self.u, self.top + 1, self.u)], probe)
+        h = self._hit()
+        return h, self._tails(h, legacy)
+
+    # ---------------------------------------------------------------- the rule, over the oracle
+    def _have(self, members: list[int], t: int) -> bool:
+        return all(self.state.has(m, t) for m in members)
+
+    def _attention(self, members: list[int], cap: int, drop: bool) -> int:
+        s = self.spans[members[0]]
+        full = 0
+        while full + s <= cap and self._have(members, full + s):
+            full += s
+        best = full
+        if self.fine:
+            t = min(full + s - self.u, cap // self.u * self.u)
+            while t > full:
+                if self._have(members, t):
+                    best = t
+                    break
+                t -= self.u
+        if drop and best > 0:
+            best -= min(self.a, s)
+        return max(best, 0) // self.a * self.a
+
+    def _mamba(self, members: list[int], cap: int) -> int:
+        b = self.g.groups[members[0]].block_size
+        step = self.u if self.fine else b
+        t = cap // step * step
+        while t > 0:
+            if (self.fine or t % self.a == 0) and self._have(members, t):
+                return t
+            t -= step
+        return 0
+
+    def _converge(self, cap0: int) -> int:
+        eagle = [any(self.g.groups[m].eagle for m in ms) for ms in self.spec]
+        att = [self.kinds[ms[0]] == "attention" for ms in self.spec]
+        if len(self.spec) == 1:
+            ms = self.spec[0]
+            return self._attention(ms, cap0, eagle[0]) if att[0] else self._mamba(ms, cap0)
+        once = len(self.spec) == 2 and att[0] and not att[1]
+        fixed: dict[int, int] = {}
+        checked: set[int] = set()
+        length = cap0
+        while True:
+            cur = length
+            for k, ms in enumerate(self.spec):
+                if att[k] and k in fixed:
+                    cur = min(cur, fixed[k])
+                    continue
+                if att[k]:
+                    drop = eagle[k] and k not in checked
+                    peek = (self.u if self.fine and self.spans[ms[0]] > self.u else self.spans[ms[0]]) if drop else 0
+                    new = self._attention(ms, min(cur + peek, cap0), drop)
+                    fixed[k] = new
+                else:
+                    drop, new = False, self._mamba(ms, cur)
+                if drop:
+                    checked.add(k)
+                elif new < cur:
+                    checked.clear()
+                cur = new
+            if cur >= length or once:
+                return min(cur, length)
+            length = cur
+
+    def _hit(self) -> int:
+        h = self._converge(self.bound)
+        if h >= self.n:
+            b2 = (self.n - 1) // self.a * self.a
+            h = self._converge(b2) if b2 > 0 else 0
+        return h
+
+    def _tails(self, h: int, legacy: bool) -> list[tuple[int, int]]:
+        if h <= 0:
+            return []
+        out = []
+        for i in range(len(self.kinds)):
+            s = self.spans[i]
+            if legacy or self.state.has(i, h):
+                out.append((i, h))
+                continue
+            end = min(-(-h // s) * s, self.top)
+            t = h + self.u
+            while t <= end and not self.state.has(i, t):
+                t += self.u
+            if t > end:
+                raise LookupError(f"no stored tail key for group {i} at hit length {h}")
+            out.append((i, t))
+        return out
+
+
+def count_baseline_probes(geometry: Geometry, n_tokens: int) -> int:
+    """Return vLLM's probe count: every unit boundary up to the bound, for every group, on every rank."""
+    a = compute_alignment(geometry)
+    bound = n_tokens // a * a
+    return (bound // geometry.unit) * len(geometry.groups) * geometry.parallel.dcp
+
+
+__all__ = ["HybridLookup", "NeedProbe", "Presence", "count_baseline_probes"]

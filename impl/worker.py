@@ -1,0 +1,98 @@
+"""A DCP rank process: `python -m kvspec.impl.worker JOB.json RANK OUT.json`.
+
+Runs every scenario of the job: prefill and store the stored requests, barrier, look up the
+lookup request (presence MIN-all-reduced across ranks), load into a cold cache, compare the
+loaded region [0, h) with a cold prefill, and write one JSON result per scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from kvspec.spec.geometry import Geometry, Group, Parallel
+from kvspec.spec.keys import compute_hash_chain
+
+from .device import select_backend, select_device
+from .engine import RankEngine, RequestKV
+from .mooncake_store import MooncakeKV
+
+
+def geometry_from_json(d: dict[str, Any]) -> Geometry:
+    """Return the Geometry of a job."""
+    return Geometry(unit=d["unit"], groups=tuple(Group(kind=g["kind"], block_size=g["block_size"], eagle=g["eagle"])
+                                                  for g in d["groups"]),
+                    parallel=Parallel(dcp=d["dcp"]), retention=d["retention"])
+
+
+def make_tokens(seed: int, n: int, lo: int = 0, hi: int = 1000) -> list[int]:
+    """Return n deterministic tokens in [lo, hi)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(lo, hi, (n,), generator=g).tolist()
+
+
+def request_tokens(base: list[int], seed: int, prompt: int, shared: int) -> list[int]:
+    """Return a stored request's tokens: the lookup's first `shared` tokens, then tokens it never has."""
+    return base[:shared] + make_tokens(seed, prompt - shared, 1000, 2000)
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(open(argv[1]).read())
+    rank, out_path = int(argv[2]), argv[3]
+    world = int(os.environ["WORLD_SIZE"])
+    device = select_device(rank)
+    dist.init_process_group(select_backend(device), init_method=f"tcp://{os.environ['MASTER_ADDR']}:"
+                            f"{os.environ['MASTER_PORT']}", rank=rank, world_size=world)
+    geometry = geometry_from_json(job["geometry"])
+    store = MooncakeKV(job["master"], segment_bytes=job.get("segment_bytes", 64 << 20))
+
+    def all_reduce_min(t: torch.Tensor) -> None:
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+
+    results = []
+    try:
+        for sc in job["scenarios"]:
+            eng = RankEngine(geometry, rank, store, device, width=job.get("width", 8), model=job["model"],
+                             cache_prefix=sc["prefix"], all_reduce_min=all_reduce_min)
+            u = geometry.unit
+            base = make_tokens(sc["seed"], sc["prompt"])
+            res: dict[str, Any] = {"stores": []}
+            t0 = time.perf_counter()
+            for k, r in enumerate(sc["stored"]):
+                toks = request_tokens(base, sc["seed"] * 1000 + k + 1, r["prompt"], r["shared"])
+                kv = RequestKV(geometry, len(toks), eng.width, device)
+                eng.prefill(toks, kv)
+                res["stores"].append(eng.store_request(toks, compute_hash_chain(toks, u), kv))
+            predicted = sc.get("predicted_keys", {}).get(str(rank), [])
+            ex = store.exist(predicted)
+            res["missing_predicted"] = [k for k, e in zip(predicted, ex) if e != 1]
+            for key in sc.get("evict", {}).get(str(rank), []):
+                store.remove(key, force=True)
+            dist.barrier()
+            chain = compute_hash_chain(base, u)
+            look = eng.lookup(chain, sc["prompt"], legacy=sc["rule"] == "legacy")
+            res.update(hit=look["hit"], tails=look["tails"], rounds=look["rounds"], probes=look["probes"],
+                       lookup_error=look["error"])
+            cold = RequestKV(geometry, sc["prompt"], eng.width, device)
+            ld = eng.load(chain, look["hit"], look["tails"], cold)
+            res["load"] = {"plan": ld["plan"], "keys": ld["keys"], "results": ld["results"], "failed": ld["failed"],
+                           "bytes": ld["bytes"]}
+            cmp_, wrong = eng.compare_with_cold(base, look["hit"], cold, ld["plan"], ld["results"])
+            res.update(bytes_compared=cmp_, bytes_wrong=wrong, seconds=time.perf_counter() - t0)
+            results.append(res)
+            dist.barrier()
+    finally:
+        open(out_path, "w").write(json.dumps({"rank": rank, "device": str(device), "scenarios": results}))
+        store.close()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

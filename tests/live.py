@@ -1,0 +1,80 @@
+"""Helpers of the live differential tests: build jobs from spec scenarios, compare rank results with the spec."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from kvspec.impl.worker import make_tokens, request_tokens
+from kvspec.spec.geometry import Geometry
+from kvspec.spec.keys import compute_hash_chain, render_key
+from kvspec.spec.plan import plan_load_keys, plan_store_keys
+from kvspec.spec.scenario import Scenario, evaluate_scenario
+from kvspec.spec.store import compute_store_boundaries
+
+MODEL = "kvspec-live"
+_ids = itertools.count()
+
+
+def geometry_json(g: Geometry) -> dict[str, Any]:
+    return {"unit": g.unit, "dcp": g.parallel.dcp, "retention": g.retention,
+            "groups": [{"kind": x.kind, "block_size": x.block_size, "eagle": x.eagle} for x in g.groups]}
+
+
+def build_job(master: str, scenarios: list[Scenario], tag: str) -> dict[str, Any]:
+    """Return a worker job: every scenario with its tokens' seed and the spec's predicted store keys per rank."""
+    g = scenarios[0].geometry
+    out = []
+    for sc in scenarios:
+        assert sc.geometry == g
+        seed = next(_ids) + 1
+        prefix = f"{tag}-{seed}"
+        base = make_tokens(seed, sc.prompt)
+        predicted: dict[str, list[str]] = {}
+        for k, r in enumerate(sc.stored):
+            toks = request_tokens(base, seed * 1000 + k + 1, r.prompt, r.shared)
+            chain = compute_hash_chain(toks, g.unit)
+            for rank, key in plan_store_keys(g, sorted(compute_store_boundaries(g, r.prompt)), chain, MODEL, prefix):
+                predicted.setdefault(str(rank), []).append(render_key(key))
+        out.append({"seed": seed, "prefix": prefix, "prompt": sc.prompt, "rule": sc.rule,
+                    "stored": [{"prompt": r.prompt, "shared": r.shared} for r in sc.stored],
+                    "predicted_keys": predicted})
+    return {"master": master, "model": MODEL, "geometry": geometry_json(g), "scenarios": out, "width": 8}
+
+
+def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, int]:
+    """Assert impl == spec on stored keys, hit, tails, load keys and bytes; return the byte counts."""
+    g = scenarios[0].geometry
+    totals = {"bytes_compared": 0, "bytes_wrong": 0, "keys_put": 0, "loads": 0, "minus704": 0}
+    for k, sc in enumerate(scenarios):
+        js = job["scenarios"][k]
+        spec = evaluate_scenario(sc)
+        base = make_tokens(js["seed"], sc.prompt)
+        chain = compute_hash_chain(base, g.unit)
+        load_keys: dict[int, list[str]] = {}
+        for rank, key in plan_load_keys(g, spec.load, chain, MODEL, js["prefix"]):
+            load_keys.setdefault(rank, []).append(render_key(key))
+        for res in ranks:
+            r = res["rank"]
+            got = res["scenarios"][k]
+            where = f"scenario {k} rank {r}: {sc!r}"
+            predicted = set(js["predicted_keys"].get(str(r), []))
+            put = {key for st in got["stores"] for key in st["put"]}
+            assert put <= predicted, f"{where}: put keys outside the prediction: {sorted(put - predicted)[:3]}"
+            full = sum(st["store_full"] for st in got["stores"])
+            assert not got["missing_predicted"] or full, f"{where}: predicted keys missing: {got['missing_predicted'][:3]}"
+            assert not [f for st in got["stores"] for f in st["failed"]], f"{where}: store failures"
+            assert got["hit"] == spec.hit_length, f"{where}: hit {got['hit']} != spec {spec.hit_length}"
+            assert [tuple(t) for t in got["tails"]] == [tuple(t) for t in spec.tails], \
+                f"{where}: tails {got['tails']} != spec {spec.tails}"
+            assert got["load"]["keys"] == load_keys.get(r, []), f"{where}: load keys differ from the spec's"
+            want_present = [e.present for e in spec.load]
+            got_ok = [rc >= 0 for rc in got["load"]["results"]]
+            assert got_ok == want_present, f"{where}: load results {got['load']['results']} vs present {want_present}"
+            assert got["bytes_wrong"] == 0, f"{where}: {got['bytes_wrong']} wrong bytes"
+            totals["bytes_compared"] += got["bytes_compared"]
+            totals["bytes_wrong"] += got["bytes_wrong"]
+            totals["keys_put"] += len(put)
+            totals["loads"] += len(got["load"]["keys"])
+            totals["minus704"] += sum(rc == -704 for rc in got["load"]["results"])
+    return totals

@@ -1,0 +1,87 @@
+"""Live differential tests: real mooncake_master, real DCP rank processes, impl vs spec."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvspec.spec.geometry import Geometry, Group, Parallel
+from kvspec.spec.presets import get_preset
+from kvspec.spec.scenario import Scenario, StoredRequest
+
+from .live import build_job, compare
+
+pytestmark = pytest.mark.live
+cluster = pytest.importorskip("kvspec.impl.cluster")
+
+
+@pytest.fixture(scope="session")
+def master(tmp_path_factory):
+    pytest.importorskip("mooncake.store")
+    m = cluster.start_master(str(tmp_path_factory.mktemp("master")))
+    yield m
+    m.stop()
+
+
+def run(master, scenarios, tmp_path, tag):
+    job = build_job(master.address, scenarios, tag)
+    ranks = cluster.run_ranks(job, scenarios[0].geometry.parallel.dcp, timeout_s=600, workdir=str(tmp_path))
+    totals = compare(scenarios, job, ranks)
+    print(f"[{tag}] {len(scenarios)} scenarios x {len(ranks)} ranks: bytes compared {totals['bytes_compared']}, "
+          f"bytes wrong {totals['bytes_wrong']}, keys put {totals['keys_put']}, loads {totals['loads']}, "
+          f"-704 {totals['minus704']}")
+    return totals
+
+
+def scaled(dcp: int, eagle: bool = True, retention: str = "replay", draft: bool = False) -> Geometry:
+    groups = [Group(kind="attention", block_size=16, eagle=eagle)]
+    if draft:
+        groups.append(Group(kind="attention", block_size=16))
+    groups.append(Group(kind="mamba", block_size=16))
+    return Geometry(unit=4, groups=tuple(groups), parallel=Parallel(dcp=dcp), retention=retention)
+
+
+def test_worked_example_scaled_dcp2(master, tmp_path):
+    """The #53324 shape scaled down (u=4, b=16, D=2): fixed rule loads, legacy gets -704 from the real store."""
+    g = scaled(2)
+    fixed = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),))
+    legacy = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rule="legacy")
+    totals = run(master, [fixed, legacy], tmp_path, "example-d2")
+    assert totals["bytes_compared"] > 0 and totals["bytes_wrong"] == 0
+    assert totals["minus704"] == 2  # the legacy attention tail block, on each of the 2 ranks
+
+
+
+
+@pytest.mark.parametrize("dcp,retention,draft", [(2, "replay", False), (4, "dense", True)])
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(data=st.data())
+def test_differential_hypothesis(master, tmp_path_factory, dcp, retention, draft, data):
+    """Hypothesis-generated scenarios (prompts, shared prefixes, several stored requests, EAGLE on/off)."""
+    eagle = data.draw(st.booleans(), label="eagle")
+    g = scaled(dcp, eagle=eagle, retention=retention, draft=draft)
+    # one scenario that always hits (an identical resend), then drawn ones
+    scs = [Scenario(geometry=g, prompt=57 + 8 * dcp, stored=(StoredRequest(prompt=57 + 8 * dcp, shared=57 + 8 * dcp),))]
+    for _ in range(7):
+        n = data.draw(st.one_of(st.integers(1, 150), st.integers(30, 150)), label="prompt")
+        stored = []
+        for _ in range(data.draw(st.integers(1, 2), label="stored requests")):
+            p = data.draw(st.one_of(st.just(n), st.integers(n, n + 40), st.integers(0, 150)), label="stored prompt")
+            s = data.draw(st.one_of(st.just(min(p, n)), st.integers(0, min(p, n))), label="shared")
+            stored.append(StoredRequest(prompt=p, shared=s))
+        scs.append(Scenario(geometry=g, prompt=n, stored=tuple(stored)))
+    totals = run(master, scs, tmp_path_factory.mktemp("drt"), f"drt-d{dcp}")
+    assert totals["bytes_compared"] > 0 and totals["bytes_wrong"] == 0
+
+
+@pytest.mark.slow
+def test_worked_example_kimi_dcp8(master, tmp_path):
+    """The full kimi-k3-dcp8 geometry on 8 rank processes; legacy tail load is -704 on every rank."""
+    g = get_preset("kimi-k3-dcp8")
+    fixed = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),))
+    legacy = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),), rule="legacy")
+    totals = run(master, [fixed, legacy], tmp_path, "kimi-d8")
+    assert totals["bytes_wrong"] == 0 and totals["minus704"] == 8
