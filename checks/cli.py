@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "verify":
             from kvspec.checks.verify import run_verify
             return run_verify(json_out=args.json, fast=args.fast)
-        from kvspec.impl.bench import run_bench
+        from kvspec.checks.bench import run_bench
         return run_bench(quick=args.quick)
     except SpecError as err:
         _die(err.rule, err.message)

@@ -80,13 +80,23 @@ class RankEngine:
         return pos, pos // s, (o // (d * il)) * il + o % il
 
     def prefill(self, tokens: Sequence[int], kv: RequestKV) -> None:
-        """Compute the attention KV of every position this rank owns into kv (Mamba states are made at store time)."""
+        """Compute the KV of every position this rank owns, the Mamba state at every block end and at the tail T."""
+        n, u = len(tokens), self.g.unit
+        tail = n // u * u - (u if any(x.eagle for x in self.g.groups) else 0)
         for i, gr in enumerate(self.g.groups):
-            if gr.kind != "attention":
+            if gr.kind == "attention":
+                values = self.model.attention_kv(tokens, i, draft=gr.eagle)
+                pos, blk, slot = self._owned(n, i)
+                kv.tensors[i][blk.to(self.device), slot.to(self.device)] = values[pos].to(self.device)
                 continue
-            values = self.model.attention_kv(tokens, i, draft=gr.eagle)
-            pos, blk, slot = self._owned(len(tokens), i)
-            kv.tensors[i][blk.to(self.device), slot.to(self.device)] = values[pos].to(self.device)
+            b = gr.block_size
+            ends = list(range(b, n + 1, b))
+            extra = [tail] if 0 < tail and tail % b else []
+            states = self.model.mamba_states(tokens, i, ends + extra).to(self.device)
+            if ends:
+                kv.tensors[i][: len(ends)] = states[: len(ends)]
+            if extra:  # the copy-on-write block holds the sub-block tail state
+                kv.tensors[i][kv.cow_block(i)] = states[-1]
 
     # ---------------------------------------------------------------- store
     def plan_objects(self, n_prompt: int) -> list[Obj]:
@@ -123,9 +133,7 @@ class RankEngine:
                 blk = kv.block(i, (t + self.spans[i] - 1) // self.spans[i] - 1)
             else:
                 b = self.g.groups[i].block_size
-                idx = t // b - 1 if t % b == 0 else kv.cow_block(i)
-                kv.tensors[i][idx] = self.model.mamba_state(tokens, i, t).to(self.device)
-                blk = kv.block(i, idx)
+                blk = kv.block(i, t // b - 1 if t % b == 0 else kv.cow_block(i))
             keys.append(self.key(i, t, chain))
             ptrs.append(blk.data_ptr())
             sizes.append(blk.numel() * blk.element_size())

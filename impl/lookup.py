@@ -8,10 +8,11 @@ round, presence ANDed across ranks by a MIN all-reduce):
 1. every attention group's full-block boundaries up to the bound, and every Mamba group's
    block-multiple checkpoints up to the bound;
 2. the unit boundaries inside each attention group's first non-full block, and each Mamba
-   group's unit boundaries between its highest present checkpoint below the attention window
-   and the window's top;
-3. (only if the evaluation asked for a key outside what was probed) every remaining unit
-   boundary up to the last nameable one, for every group.
+   group's unit boundaries between its highest present checkpoint below the top of that
+   window and the top;
+3. only if the evaluation asked for a key below what was probed: each group's unit boundaries
+   from its highest known-present boundary below that key up to the key (at most twice, then
+   everything nameable as a last resort).
 
 The full-block scan is downward closed, so round 1 already fixes where the attention hit can
 land; that is what keeps the probe count to O(N/s + s/u) instead of O(N/u · groups · ranks).
@@ -94,7 +95,7 @@ class HybridLookup:
         if not self.fine:
             return []
         keys: list[tuple[int, int]] = []
-        lo_att, hi_att = self.bound, 0
+        hi_att = 0
         for i, kind in enumerate(self.kinds):
             if kind != "attention":
                 continue
@@ -104,29 +105,34 @@ class HybridLookup:
                 nb += 1
             hi = min((nb + 1) * s, self.top)
             keys += [(i, t) for t in range(nb * s + self.u, hi + 1, self.u)]
-            lo_att = min(lo_att, max(nb * s - s, 0))
             hi_att = max(hi_att, hi)
-        if hi_att == 0:
-            hi_att = self.bound
+        hi_att = min(hi_att or self.bound, self.bound)
         for i, kind in enumerate(self.kinds):
-            if kind != "mamba":
-                continue
-            ckpts = [t for t in self.state.sorted_present(i) if t <= lo_att]
-            start = ckpts[-1] if ckpts else 0
-            keys += [(i, t) for t in range(start + self.u, min(hi_att, self.bound) + 1, self.u)]
+            if kind == "mamba":
+                keys += self._window(i, hi_att)
         return keys
 
+    def _window(self, group: int, t: int) -> list[tuple[int, int]]:
+        """Return the group's unit boundaries in (highest known-present boundary <= t, t]."""
+        below = [x for x in self.state.sorted_present(group) if x <= t]
+        start = below[-1] if below else 0
+        return [(group, x) for x in range(start + self.u, t + 1, self.u)]
+
     def run(self, probe: Probe, legacy: bool = False) -> tuple[int, list[tuple[int, int]]]:
-        """Return (h, [(group, B_g)]) probing through `probe`; at most three probing rounds."""
+        """Return (h, [(group, B_g)]) probing through `probe`; usually two or three probing rounds."""
         if self.bound <= 0:
             return 0, []
         self._round(self._first_round(), probe)
         self._round(self._second_round(), probe)
-        try:
-            h = self._hit()
-            return h, self._tails(h, legacy)
-        except NeedProbe:  # rare: complete the picture in one more round
-            self._round([(g, t) for g in range(len(self.kinds)) for t in range(self.u, self.top + 1, self.u)], probe)
+        for _ in range(2):
+            try:
+                h = self._hit()
+                return h, self._tails(h, legacy)
+            except NeedProbe as need:  # the answer lies below the probed windows: widen down to a present key
+                (g, t), = need.wanted
+                self._round([k for i in range(len(self.kinds)) for k in self._window(i, t)], probe)
+        # last resort, never needed in the cases measured: everything nameable
+        self._round([(g, t) for g in range(len(self.kinds)) for t in range(self.u, self.top + 1, self.u)], probe)
         h = self._hit()
         return h, self._tails(h, legacy)
 

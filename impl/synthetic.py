@@ -66,6 +66,11 @@ class SyntheticModel:
         nxt = compute_prefix_hashes([*tokens, SAMPLED], self.seed)  # [0, p+1]; the last one sees the sampled token
         return torch.from_numpy(_values(nxt[2:], group + 1, self.width))
 
+    def mamba_states(self, tokens: Sequence[int], group: int, ts: Sequence[int]) -> torch.Tensor:
+        """Return float32 [len(ts), width]: the recurrent states after the first t tokens, for each t."""
+        pre = compute_prefix_hashes(tokens, self.seed)
+        return torch.from_numpy(_values(pre[np.asarray(ts, dtype=np.int64)], 1000 + group, self.width))
+
     def mamba_state(self, tokens: Sequence[int], group: int, t: int) -> torch.Tensor:
         """Return float32 [width]: the recurrent state after the first t tokens."""
         pre = compute_prefix_hashes(tokens[:t], self.seed)
