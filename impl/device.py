@@ -17,6 +17,6 @@ def select_device(local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
-def select_backend(device: torch.device) -> str:
-    """Return the torch.distributed backend for the device: nccl on CUDA, gloo on CPU."""
-    return "nccl" if device.type == "cuda" else "gloo"
+def select_backend(device: torch.device, world_size: int = 1) -> str:
+    """Return the torch.distributed backend: nccl when every rank has its own GPU, else gloo."""
+    return "nccl" if device.type == "cuda" and torch.cuda.device_count() >= world_size else "gloo"

@@ -157,7 +157,7 @@ class RankEngine:
         def probe(objs: list[Obj]) -> set[Obj]:
             res = self.store.exist([self.key(i, t, chain) for i, t in objs])  # type: ignore[union-attr]
             own_probes[0] += len(objs)
-            bits = torch.tensor([1 if r == 1 else 0 for r in res], dtype=torch.int32, device=self.device)
+            bits = torch.tensor([1 if r == 1 else 0 for r in res], dtype=torch.int32)
             self.all_reduce_min(bits)
             return {o for o, bit in zip(objs, bits.tolist()) if bit}
 

@@ -47,13 +47,19 @@ def main(argv: list[str]) -> int:
     rank, out_path = int(argv[2]), argv[3]
     world = int(os.environ["WORLD_SIZE"])
     device = select_device(rank)
-    dist.init_process_group(select_backend(device), init_method=f"tcp://{os.environ['MASTER_ADDR']}:"
+    backend = select_backend(device, world)
+    dist.init_process_group(backend, init_method=f"tcp://{os.environ['MASTER_ADDR']}:"
                             f"{os.environ['MASTER_PORT']}", rank=rank, world_size=world)
     geometry = geometry_from_json(job["geometry"])
     store = MooncakeKV(job["master"], segment_bytes=job.get("segment_bytes", 64 << 20))
 
     def all_reduce_min(t: torch.Tensor) -> None:
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        if backend == "nccl":  # NCCL reduces device tensors
+            d = t.to(device)
+            dist.all_reduce(d, op=dist.ReduceOp.MIN)
+            t.copy_(d.cpu())
+        else:
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
 
     results = []
     try:
@@ -88,7 +94,8 @@ def main(argv: list[str]) -> int:
             results.append(res)
             dist.barrier()
     finally:
-        open(out_path, "w").write(json.dumps({"rank": rank, "device": str(device), "scenarios": results}))
+        open(out_path, "w").write(json.dumps({"rank": rank, "device": str(device), "backend": backend,
+                                               "scenarios": results}))
         store.close()
         dist.destroy_process_group()
     return 0
