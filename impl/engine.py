@@ -200,9 +200,44 @@ class RankEngine:
                 "failed": [[k, rc] for k, rc in zip(keys, rcs) if rc < 0],
                 "bytes": sum(r for r in rcs if r > 0), "computed": hit if all(r >= 0 for r in rcs) else None}
 
+    # ---------------------------------------------------------------- failure closure
+    def safe_boundary(self, hit: int, plan: Sequence[Sequence[int]], ok: Sequence[bool],
+                      mamba_present: Callable[[list[Obj]], set[Obj]]) -> int:
+        """Return where a partly failed load leaves the request (this implementation's reading of the rule).
+
+        `ok` says per planned block whether every rank loaded it; `mamba_present` probes Mamba keys
+        (all ranks) when the fallback below h needs them.
+        """
+        if hit <= 0:
+            return 0
+        a = self.g.unit if is_fine(self.g) else compute_lcm_span(self.g)
+        reach = hit
+        for i, gr in enumerate(self.g.groups):
+            if gr.kind != "attention":
+                continue
+            end = 0
+            for (g, blk, _), good in zip(plan, ok):
+                if g == i:
+                    if not good:
+                        break
+                    end = min((blk + 1) * self.spans[i], hit)
+            reach = min(reach, end)
+        mambas = [i for i, gr in enumerate(self.g.groups) if gr.kind == "mamba"]
+        if not mambas:
+            return reach // a * a
+        if reach >= hit and all(good for (g, _, _), good in zip(plan, ok) if g in mambas):
+            return hit
+        top = min(reach, hit - 1) // self.g.unit * self.g.unit
+        cands = [t for t in range(top, 0, -self.g.unit) if t % a == 0]
+        found = mamba_present([(m, t) for m in mambas for t in cands])
+        for t in cands:
+            if all((m, t) in found for m in mambas):
+                return t
+        return 0
+
     # ---------------------------------------------------------------- verification
     def compare_with_cold(self, tokens: Sequence[int], hit: int, loaded: RequestKV,
-                          plan: Sequence[Sequence[int]], results: Sequence[int]) -> tuple[int, int]:
+                          plan: Sequence[Sequence[int]], results: Sequence[int], mamba: bool = True) -> tuple[int, int]:
         """Return (bytes compared, bytes wrong) of [0, hit) against a cold prefill, over blocks loaded without error."""
         if hit <= 0:
             return 0, 0
@@ -219,7 +254,7 @@ class RankEngine:
             else:
                 bs = gr.block_size
                 c = (hit + bs - 1) // bs - 1
-                if (i, c) not in ok_blocks:
+                if not mamba or (i, c) not in ok_blocks:
                     continue
                 a = loaded.tensors[i][c]
                 b = self.model.mamba_state(tokens, i, hit).to(self.device)

@@ -54,7 +54,7 @@ class Presence:
 class HybridLookup:
     """Lookup for one request: the hit length, each group's tail boundary, probe accounting."""
 
-    def __init__(self, geometry: Geometry, n_tokens: int) -> None:
+    def __init__(self, geometry: Geometry, n_tokens: int, cap: int | None = None) -> None:
         self.g = geometry
         self.n = n_tokens
         self.u = geometry.unit
@@ -62,7 +62,7 @@ class HybridLookup:
         self.a = compute_alignment(geometry)
         self.L = compute_lcm_span(geometry)
         self.top = n_tokens // self.u * self.u  # last nameable boundary
-        self.bound = n_tokens // self.a * self.a
+        self.bound = min(n_tokens, n_tokens if cap is None else cap) // self.a * self.a  # a retry caps the hit
         self.spans = [compute_span(geometry, i) for i in range(len(geometry.groups))]
         self.kinds = [gr.kind for gr in geometry.groups]
         # merged spec groups: same (kind, block size); attention first

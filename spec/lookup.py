@@ -173,10 +173,10 @@ def compute_fixed_point(geometry: Geometry, present: frozenset[Obj], max_len: To
 
 
 def compute_lookup(geometry: Geometry, present: frozenset[Obj], prompt: Tokens,
-                   finders: Mapping[str, Finder] = FINDERS) -> LookupResult:
-    """Return the hit length h for a request of N tokens: bound ⌊N/a⌋·a, re-derived below N when h >= N."""
+                   finders: Mapping[str, Finder] = FINDERS, cap: Tokens | None = None) -> LookupResult:
+    """Return the hit length h for a request of N tokens: bound ⌊N/a⌋·a (and <= cap), re-derived below N when h >= N."""
     a = compute_alignment(geometry)
-    bound = Tokens(prompt // a * a)
+    bound = Tokens(min(prompt, cap if cap is not None else prompt) // a * a)
     if bound <= 0:
         return LookupResult(hit_length=Tokens(0), bound=bound, rederived=False, steps=())
     hit, steps = compute_fixed_point(geometry, present, bound, finders=finders)

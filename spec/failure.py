@@ -1,0 +1,66 @@
+"""Failure closure: what a load that partly failed leaves valid, and how retries are bounded.
+
+A load result is one bool per planned block (every rank's key of that block loaded). The safe
+boundary is the largest boundary b <= h at which every group has everything it needs:
+attention groups the blocks covering [0, b) loaded; Mamba groups a state at exactly b — the
+loaded state when b = h, otherwise a state stored at b that a retry can load — or b = 0.
+Everything at or beyond b is invalidated in every group. A request whose load failed is never
+offered the same failing hit again: its next lookup is capped at the safe boundary, and after
+`max_retries` failed loads it recomputes from 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .geometry import Geometry, compute_alignment, compute_group_ids
+from .plan import LoadEntry
+from .store import Obj
+from .types import GroupId, Tokens
+
+DEFAULT_MAX_RETRIES = 2
+
+
+def compute_loaded_prefix(geometry: Geometry, group: GroupId, hit: Tokens, plan: Sequence[LoadEntry],
+                          ok: Sequence[bool]) -> Tokens:
+    """Return how far [0, ·) of an attention group is loaded: the end of its leading run of loaded blocks."""
+    end = 0
+    for e, good in zip(plan, ok):
+        if e.group != group:
+            continue
+        if not good or e.start != end:
+            break
+        end = e.end
+    return Tokens(min(end, hit))
+
+
+def compute_safe_boundary(geometry: Geometry, present: frozenset[Obj], hit: Tokens, plan: Sequence[LoadEntry],
+                          ok: Sequence[bool]) -> Tokens:
+    """Return the largest b <= h with every attention prefix [0, b) loaded and every Mamba state at b usable."""
+    if hit <= 0:
+        return Tokens(0)
+    a = compute_alignment(geometry)
+    attn = compute_group_ids(geometry, "attention")
+    mamba = compute_group_ids(geometry, "mamba")
+    cap = min((compute_loaded_prefix(geometry, g, hit, plan, ok) for g in attn), default=hit)
+    if not mamba:
+        return Tokens(cap // a * a)
+    mamba_loaded = all(good for e, good in zip(plan, ok) if e.group in mamba)
+    if cap >= hit and mamba_loaded:
+        return hit
+    # fall back to a lower boundary where every Mamba group has a stored state (a retry loads it)
+    common = set.intersection(*({t for g, t in present if g == m} for m in mamba))
+    lower = [t for t in common if t < hit and t <= cap and t % a == 0]
+    return Tokens(max(lower, default=0))
+
+
+def is_block_kept(entry: LoadEntry, safe: Tokens) -> bool:
+    """Return whether a loaded block stays valid after the closure: it must end at or below the safe boundary."""
+    return entry.end <= safe
+
+
+def compute_retry_cap(failed_loads: int, safe: Tokens, max_retries: int = DEFAULT_MAX_RETRIES) -> Tokens | None:
+    """Return the hit cap of the next lookup after `failed_loads` failures: the safe boundary, 0 past the retry budget."""
+    if failed_loads <= 0:
+        return None
+    return Tokens(0) if failed_loads > max_retries else safe

@@ -1,0 +1,65 @@
+"""Failure closure in the spec: safe boundary, invalidation, bounded retries (issue 5, spec part)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvspec.spec.failure import compute_loaded_prefix, compute_retry_cap, compute_safe_boundary, is_block_kept
+from kvspec.spec.geometry import compute_alignment, compute_group_ids
+from kvspec.spec.lookup import compute_lookup
+from kvspec.spec.presets import get_preset
+from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
+
+from .strategies import scenarios
+
+
+@st.composite
+def failed_loads(draw):
+    sc = draw(scenarios())
+    out = evaluate_scenario(sc)
+    ok = [draw(st.booleans()) if draw(st.integers(0, 3)) == 0 else True for _ in out.load]
+    return sc, out, ok
+
+
+@given(failed_loads())
+def test_failure_closure(case):
+    sc, out, ok = case
+    g, h, E = sc.geometry, out.hit_length, out.present
+    safe = compute_safe_boundary(g, E, h, out.load, ok)
+    a = compute_alignment(g)
+    assert 0 <= safe <= h and safe % a == 0  # F-1
+    if all(ok):
+        assert safe == h  # F-2: nothing failed, nothing lost
+    for gid in compute_group_ids(g, "attention"):  # F-3: every attention prefix [0, safe) is loaded
+        assert compute_loaded_prefix(g, gid, h, out.load, ok) >= safe
+    if safe > 0:  # F-4: every Mamba group has a state stored at exactly the safe boundary
+        assert all((m, safe) in E for m in compute_group_ids(g, "mamba"))
+        if safe == h:
+            assert all(good for e, good in zip(out.load, ok) if g.groups[e.group].kind == "mamba")
+    # F-5: more failures never give a larger safe boundary
+    worse = [good and k % 2 == 0 for k, good in enumerate(ok)]
+    assert compute_safe_boundary(g, E, h, out.load, worse) <= safe
+    # F-6: kept blocks lie below the safe boundary; a block past it is invalidated in every group
+    assert all(e.end <= safe for e in out.load if is_block_kept(e, safe))
+    # F-7: the retried lookup, capped at the safe boundary, never re-offers the failing hit
+    if not all(ok):
+        cap = compute_retry_cap(1, safe)
+        again = compute_lookup(g, E, sc.prompt, cap=cap).hit_length
+        assert again <= safe and (safe == h or again < h)
+
+
+def test_retries_are_bounded():
+    assert compute_retry_cap(0, 100) is None
+    assert compute_retry_cap(1, 100) == 100 and compute_retry_cap(2, 100) == 100
+    assert compute_retry_cap(3, 100) == 0  # past the budget: recompute from 0
+
+
+def test_worked_example_attention_tail_failure_falls_back_to_0():
+    g = get_preset("kimi-k3-dcp8")
+    sc = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),))
+    out = evaluate_scenario(sc)
+    ok = [True, False, True]  # attention block 1 (key H_14848) evicted between lookup and load
+    # attention loaded [0, 12288); the only Mamba states are 13824 and 14848: nothing stored below 12288
+    assert compute_safe_boundary(g, out.present, out.hit_length, out.load, ok) == 0
+    assert compute_safe_boundary(g, out.present, out.hit_length, out.load, [True, True, True]) == 13824

@@ -1,0 +1,156 @@
+"""Stateful: the spec model against the implementation over store / evict / lookup+load / failure steps."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvspec.impl.engine import RankEngine, RequestKV
+from kvspec.impl.lookup import HybridLookup
+from kvspec.impl.worker import make_tokens
+from kvspec.spec.failure import compute_retry_cap, compute_safe_boundary
+from kvspec.spec.geometry import Geometry, Group, Parallel
+from kvspec.spec.keys import compute_hash_chain
+from kvspec.spec.lookup import compute_lookup, compute_tail_boundaries
+from kvspec.spec.model import ModelStore, apply_evict, apply_put, compute_present_in_chain
+from kvspec.spec.plan import plan_load
+from kvspec.spec.store import compute_store_boundaries
+
+from .fakes import FakeMooncake
+
+BASE = make_tokens(1, 256)
+TOTALS: Counter = Counter()
+CPU = torch.device("cpu")
+
+
+def tokens_of(shared: int, length: int, branch: int) -> list[int]:
+    shared = min(shared, length)
+    return BASE[:shared] + make_tokens(100 + branch, length - shared, 1000, 2000)
+
+
+prompts = st.tuples(st.sampled_from([0, 24, 40, 64, 96]), st.integers(1, 120), st.integers(0, 1))
+
+
+class SpecVsImpl(RuleBasedStateMachine):
+    """One geometry; D rank engines over one fake store; the spec's ModelStore predicts its contents."""
+
+    @initialize(u=st.sampled_from([1, 2, 4]), qa=st.integers(1, 4), qm=st.integers(1, 4), d=st.sampled_from([1, 2, 4]),
+                eagle=st.booleans(), draft=st.booleans(), dense=st.booleans())
+    def setup(self, u, qa, qm, d, eagle, draft, dense):
+        groups = [Group(kind="attention", block_size=qa * u, eagle=eagle)]
+        if draft:
+            groups.append(Group(kind="attention", block_size=qa * u))
+        groups.append(Group(kind="mamba", block_size=qm * u))
+        self.g = Geometry(unit=u, groups=tuple(groups), parallel=Parallel(dcp=d),
+                          retention="dense" if dense else "replay")
+        self.fake = FakeMooncake()
+        self.engines = [RankEngine(self.g, r, self.fake, CPU, width=4) for r in range(d)]
+        self.expected = ModelStore()
+        self.keys: dict[tuple[bytes, int, int], str] = {}
+        self.steps = {"store": 0, "evict": 0, "lookup": 0, "failures": 0, "bytes": 0}
+
+    def _key(self, h: bytes, g: int, r: int) -> str:
+        return self.keys[(h, g, r)]
+
+    @rule(p=prompts)
+    def store(self, p):
+        toks = tokens_of(*p)
+        chain = compute_hash_chain(toks, self.g.unit)
+        for eng in self.engines:
+            kv = RequestKV(self.g, len(toks), eng.width, CPU)
+            eng.prefill(toks, kv)
+            eng.store_request(toks, chain, kv)
+        shards = []
+        for gid, t in compute_store_boundaries(self.g, len(toks)):
+            for eng in self.engines:
+                h = chain[t // self.g.unit - 1]
+                self.keys[(h, gid, eng.rank)] = eng.key(gid, t, chain)
+                shards.append((h, gid, eng.rank))
+        self.expected = apply_put(self.expected, shards)
+        self.steps["store"] += 1
+
+    @precondition(lambda self: bool(self.expected.shards))
+    @rule(data=st.data(), all_ranks=st.booleans())
+    def evict(self, data, all_ranks):
+        h, g, r = data.draw(st.sampled_from(sorted(self.expected.shards)))
+        victims = [(h, g, x) for x in range(self.g.parallel.dcp)] if all_ranks else [(h, g, r)]
+        victims = [v for v in victims if v in self.expected.shards]
+        for v in victims:
+            assert self.fake.remove(self._key(*v), force=True) == 0
+        self.expected = apply_evict(self.expected, victims)
+        self.steps["evict"] += 1
+
+    @rule(p=prompts, fail=st.lists(st.booleans(), min_size=8, max_size=8))
+    def lookup_and_load(self, p, fail):
+        toks = tokens_of(*p)
+        n, u, d = len(toks), self.g.unit, self.g.parallel.dcp
+        chain = compute_hash_chain(toks, u)
+        E = compute_present_in_chain(self.expected, chain, u, len(self.g.groups), d)
+        spec_h = compute_lookup(self.g, E, n).hit_length
+        spec_tails = compute_tail_boundaries(self.g, E, n, spec_h)
+
+        def probe(objs):
+            keys = [[eng.key(g, t, chain) for g, t in objs] for eng in self.engines]
+            bits = [self.fake.exist(k) for k in keys]
+            return {o for j, o in enumerate(objs) if all(b[j] == 1 for b in bits)}
+
+        lk = HybridLookup(self.g, n)
+        h, tails = lk.run(probe)
+        assert (h, tuple(tails)) == (spec_h, spec_tails), f"impl {h} {tails} != spec {spec_h} {spec_tails}"
+        plan = plan_load(self.g, E, spec_h, spec_tails)
+        # inject per-key failures on rank 0 for some planned blocks
+        self.fake.fail = {self.engines[0].key(e.group, e.key_boundary, chain)
+                          for e, bad in zip(plan, fail) if bad}
+        results, colds = [], []
+        for eng in self.engines:
+            cold = RequestKV(self.g, n, eng.width, CPU)
+            ld = eng.load(chain, h, tails, cold)
+            assert [tuple(x) for x in ld["plan"]] == [(e.group, e.block, e.key_boundary) for e in plan]
+            for key, rc in zip(ld["keys"], ld["results"]):  # no load key outside the store
+                assert rc >= 0 or key in self.fake.fail, f"{key} -> {rc}"
+            results.append(ld)
+            colds.append(cold)
+        self.fake.fail = set()
+        ok = [all(r["results"][k] >= 0 for r in results) for k in range(len(plan))]
+        spec_safe = compute_safe_boundary(self.g, E, spec_h, plan, ok)
+        impl_safe = self.engines[0].safe_boundary(h, results[0]["plan"], ok, probe)
+        assert impl_safe == spec_safe, f"safe boundary impl {impl_safe} != spec {spec_safe}"
+        for eng, ld, cold in zip(self.engines, results, colds):
+            okr = [1 if good else -1 for good in ok]
+            cmp_, wrong = eng.compare_with_cold(toks, spec_safe, cold, ld["plan"], okr, mamba=spec_safe == h)
+            assert wrong == 0
+            self.steps["bytes"] += cmp_
+        if not all(ok):
+            self.steps["failures"] += 1
+            cap = compute_retry_cap(1, spec_safe)
+            again = compute_lookup(self.g, E, n, cap=cap).hit_length
+            lk2 = HybridLookup(self.g, n, cap=cap)
+            assert lk2.run(probe)[0] == again <= spec_safe
+        self.steps["lookup"] += 1
+
+    def teardown(self):
+        if hasattr(self, "steps"):
+            TOTALS.update(self.steps)
+            TOTALS["runs"] += 1
+
+    @invariant()
+    def store_matches_model(self):
+        if hasattr(self, "fake"):
+            assert self.fake.model == self.expected
+
+
+SpecVsImpl.TestCase.settings = settings(max_examples=80, stateful_step_count=25, deadline=None,
+                                        suppress_health_check=list(HealthCheck))
+TestSpecVsImpl = SpecVsImpl.TestCase
+TestSpecVsImpl.pytestmark = [__import__("pytest").mark.stateful]
+
+
+def test_stateful_report():
+    """Runs after the machine (file order): the steps, faults and bytes it exercised."""
+    print(f"stateful (in-memory): {dict(TOTALS)}")
+    if TOTALS["runs"]:
+        assert TOTALS["lookup"] > 0 and TOTALS["bytes"] > 0
