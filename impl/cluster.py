@@ -110,6 +110,7 @@ def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: 
               env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Run `python -m kvspec.impl.worker` as `world` rank processes on one job; return each rank's result."""
     wd = Path(workdir or tempfile.mkdtemp(prefix="kvspec-job-"))
+    wd.mkdir(parents=True, exist_ok=True)
     job_path = wd / "job.json"
     job_path.write_text(json.dumps(job))
     port = free_port()

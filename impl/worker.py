@@ -85,11 +85,29 @@ def main(argv: list[str]) -> int:
             look = eng.lookup(chain, sc["prompt"], legacy=sc["rule"] == "legacy")
             res.update(hit=look["hit"], tails=look["tails"], rounds=look["rounds"], probes=look["probes"],
                        lookup_error=look["error"])
+            # fault injection: objects removed (forced) from this rank's keys between lookup and load
+            for gid, t in sc.get("evict_after_lookup", {}).get(str(rank), []):
+                res.setdefault("evicted_rc", []).append(store.remove(eng.key(gid, t, chain), force=True))
+            dist.barrier()
             cold = RequestKV(geometry, sc["prompt"], eng.width, device)
+            t_load = time.perf_counter()
             ld = eng.load(chain, look["hit"], look["tails"], cold)
             res["load"] = {"plan": ld["plan"], "keys": ld["keys"], "results": ld["results"], "failed": ld["failed"],
-                           "bytes": ld["bytes"]}
-            cmp_, wrong = eng.compare_with_cold(base, look["hit"], cold, ld["plan"], ld["results"])
+                           "bytes": ld["bytes"], "seconds": time.perf_counter() - t_load}
+            # failure closure: a block counts only if every rank loaded it
+            ok = torch.tensor([1 if rc >= 0 else 0 for rc in ld["results"]], dtype=torch.int32)
+            all_reduce_min(ok)
+
+            def probe(objs: list[tuple[int, int]]) -> set[tuple[int, int]]:
+                ex = store.exist([eng.key(g, t, chain) for g, t in objs])
+                bits = torch.tensor([1 if e == 1 else 0 for e in ex], dtype=torch.int32)
+                all_reduce_min(bits)
+                return {o for o, b in zip(objs, bits.tolist()) if b}
+
+            safe = eng.safe_boundary(look["hit"], ld["plan"], [bool(x) for x in ok.tolist()], probe)
+            res["safe"] = safe
+            good = [1 if x else -1 for x in ok.tolist()]
+            cmp_, wrong = eng.compare_with_cold(base, safe, cold, ld["plan"], good, mamba=safe == look["hit"])
             res.update(bytes_compared=cmp_, bytes_wrong=wrong, seconds=time.perf_counter() - t0)
             results.append(res)
             dist.barrier()

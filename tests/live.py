@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 from kvspec.impl.worker import make_tokens, request_tokens
+from kvspec.spec.failure import compute_safe_boundary
 from kvspec.spec.geometry import Geometry
 from kvspec.spec.keys import compute_hash_chain, render_key
 from kvspec.spec.plan import plan_load_keys, plan_store_keys
@@ -21,7 +22,8 @@ def geometry_json(g: Geometry) -> dict[str, Any]:
             "groups": [{"kind": x.kind, "block_size": x.block_size, "eagle": x.eagle} for x in g.groups]}
 
 
-def build_job(master: str, scenarios: list[Scenario], tag: str) -> dict[str, Any]:
+def build_job(master: str, scenarios: list[Scenario], tag: str,
+              evict_after_lookup: list[dict[str, list[list[int]]]] | None = None) -> dict[str, Any]:
     """Return a worker job: every scenario with its tokens' seed and the spec's predicted store keys per rank."""
     g = scenarios[0].geometry
     out = []
@@ -38,14 +40,15 @@ def build_job(master: str, scenarios: list[Scenario], tag: str) -> dict[str, Any
                 predicted.setdefault(str(rank), []).append(render_key(key))
         out.append({"seed": seed, "prefix": prefix, "prompt": sc.prompt, "rule": sc.rule,
                     "stored": [{"prompt": r.prompt, "shared": r.shared} for r in sc.stored],
-                    "predicted_keys": predicted})
+                    "predicted_keys": predicted,
+                    "evict_after_lookup": (evict_after_lookup or [{}] * len(scenarios))[len(out)]})
     return {"master": master, "model": MODEL, "geometry": geometry_json(g), "scenarios": out, "width": 8}
 
 
 def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, int]:
     """Assert impl == spec on stored keys, hit, tails, load keys and bytes; return the byte counts."""
     g = scenarios[0].geometry
-    totals = {"bytes_compared": 0, "bytes_wrong": 0, "keys_put": 0, "loads": 0, "minus704": 0}
+    totals = {"bytes_compared": 0, "bytes_wrong": 0, "keys_put": 0, "loads": 0, "minus704": 0, "safe_below_hit": 0}
     for k, sc in enumerate(scenarios):
         js = job["scenarios"][k]
         spec = evaluate_scenario(sc)
@@ -68,13 +71,19 @@ def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str
             assert [tuple(t) for t in got["tails"]] == [tuple(t) for t in spec.tails], \
                 f"{where}: tails {got['tails']} != spec {spec.tails}"
             assert got["load"]["keys"] == load_keys.get(r, []), f"{where}: load keys differ from the spec's"
-            want_present = [e.present for e in spec.load]
+            evicted = {(int(x), int(t)): int(rr) for rr, objs in js.get("evict_after_lookup", {}).items()
+                       for x, t in objs}
+            want_ok = [e.present and evicted.get((e.group, e.key_boundary), -1) != r for e in spec.load]
             got_ok = [rc >= 0 for rc in got["load"]["results"]]
-            assert got_ok == want_present, f"{where}: load results {got['load']['results']} vs present {want_present}"
+            assert got_ok == want_ok, f"{where}: load results {got['load']['results']} vs expected {want_ok}"
+            all_ok = [e.present and (e.group, e.key_boundary) not in evicted for e in spec.load]
+            spec_safe = compute_safe_boundary(g, spec.present, spec.hit_length, spec.load, all_ok)
+            assert got["safe"] == spec_safe, f"{where}: safe boundary {got['safe']} != spec {spec_safe}"
             assert got["bytes_wrong"] == 0, f"{where}: {got['bytes_wrong']} wrong bytes"
             totals["bytes_compared"] += got["bytes_compared"]
             totals["bytes_wrong"] += got["bytes_wrong"]
             totals["keys_put"] += len(put)
             totals["loads"] += len(got["load"]["keys"])
             totals["minus704"] += sum(rc == -704 for rc in got["load"]["results"])
+            totals["safe_below_hit"] += got["safe"] < got["hit"]
     return totals

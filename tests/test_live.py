@@ -26,8 +26,8 @@ def master(tmp_path_factory):
     m.stop()
 
 
-def run(master, scenarios, tmp_path, tag):
-    job = build_job(master.address, scenarios, tag)
+def run(master, scenarios, tmp_path, tag, evict_after_lookup=None):
+    job = build_job(master.address, scenarios, tag, evict_after_lookup)
     ranks = cluster.run_ranks(job, scenarios[0].geometry.parallel.dcp, timeout_s=600, workdir=str(tmp_path))
     totals = compare(scenarios, job, ranks)
     print(f"[{tag}] {len(scenarios)} scenarios x {len(ranks)} ranks: bytes compared {totals['bytes_compared']}, "
