@@ -236,21 +236,35 @@ class RankEngine:
         return 0
 
     # ---------------------------------------------------------------- verification
-    def compare_with_cold(self, tokens: Sequence[int], hit: int, loaded: RequestKV,
-                          plan: Sequence[Sequence[int]], results: Sequence[int], mamba: bool = True) -> tuple[int, int]:
-        """Return (bytes compared, bytes wrong) of [0, hit) against a cold prefill, over blocks loaded without error."""
+    def compare_with_cold(self, tokens: Sequence[int], hit: int, loaded: RequestKV, plan: Sequence[Sequence[int]],
+                          results: Sequence[int], mamba: bool = True) -> tuple[int, int, int]:
+        """Return (bytes compared, bytes wrong, draft-lookahead bytes wrong) of [0, hit) against a cold prefill.
+
+        Only blocks loaded without error are compared. For an EAGLE (draft) group the KV at position
+        k - 1 of a block keyed at boundary k <= hit depends on token k, which the key H_k does not
+        cover: a mismatch there is the draft-lookahead hazard, counted apart; any other mismatch is wrong.
+        """
         if hit <= 0:
-            return 0, 0
+            return 0, 0, 0
         ok_blocks = {(int(i), int(b)) for (i, b, _), rc in zip(plan, results) if rc >= 0}
         cold = RequestKV(self.g, len(tokens), self.width, self.device)
         self.prefill(tokens, cold)
-        compared = wrong = 0
+        compared = wrong = lookahead = 0
         for i, gr in enumerate(self.g.groups):
             if gr.kind == "attention":
                 pos, blk, slot = self._owned(hit, i)
                 keep = torch.tensor([(i, int(b)) in ok_blocks for b in blk.tolist()], dtype=torch.bool)
-                blk, slot = blk[keep].to(self.device), slot[keep].to(self.device)
+                pos, blk, slot = pos[keep], blk[keep].to(self.device), slot[keep].to(self.device)
                 a, b = loaded.tensors[i][blk, slot], cold.tensors[i][blk, slot]
+                hazard = torch.zeros(len(pos), dtype=torch.bool)
+                if gr.eagle:
+                    edges = {int(k) - 1 for g, _, k in plan if g == i and k <= hit}
+                    hazard = torch.tensor([int(p) in edges for p in pos.tolist()], dtype=torch.bool)
+                row_bad = (a.view(torch.int32) != b.view(torch.int32)).any(dim=1).cpu()
+                row_bytes = self.width * 4
+                compared += len(pos) * row_bytes
+                wrong += int((row_bad & ~hazard).sum()) * row_bytes
+                lookahead += int((row_bad & hazard).sum()) * row_bytes
             else:
                 bs = gr.block_size
                 c = (hit + bs - 1) // bs - 1
@@ -258,9 +272,6 @@ class RankEngine:
                     continue
                 a = loaded.tensors[i][c]
                 b = self.model.mamba_state(tokens, i, hit).to(self.device)
-            n = a.numel() * a.element_size()
-            compared += n
-            if n:
-                bad_elems = (a.view(torch.int32) != b.view(torch.int32)).reshape(a.shape[0] if a.dim() > 1 else 1, -1)
-                wrong += int(bad_elems.any(dim=1).sum()) * (n // max(bad_elems.shape[0], 1))
-        return compared, wrong
+                compared += a.numel() * 4
+                wrong += a.numel() * 4 if bool((a.view(torch.int32) != b.view(torch.int32)).any()) else 0
+        return compared, wrong, lookahead

@@ -107,8 +107,10 @@ def main(argv: list[str]) -> int:
             safe = eng.safe_boundary(look["hit"], ld["plan"], [bool(x) for x in ok.tolist()], probe)
             res["safe"] = safe
             good = [1 if x else -1 for x in ok.tolist()]
-            cmp_, wrong = eng.compare_with_cold(base, safe, cold, ld["plan"], good, mamba=safe == look["hit"])
-            res.update(bytes_compared=cmp_, bytes_wrong=wrong, seconds=time.perf_counter() - t0)
+            cmp_, wrong, lookahead = eng.compare_with_cold(base, safe, cold, ld["plan"], good,
+                                                            mamba=safe == look["hit"])
+            res.update(bytes_compared=cmp_, bytes_wrong=wrong, draft_lookahead_bytes=lookahead,
+                       seconds=time.perf_counter() - t0)
             results.append(res)
             dist.barrier()
     finally:

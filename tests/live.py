@@ -48,7 +48,8 @@ def build_job(master: str, scenarios: list[Scenario], tag: str,
 def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, int]:
     """Assert impl == spec on stored keys, hit, tails, load keys and bytes; return the byte counts."""
     g = scenarios[0].geometry
-    totals = {"bytes_compared": 0, "bytes_wrong": 0, "keys_put": 0, "loads": 0, "minus704": 0, "safe_below_hit": 0}
+    totals = {"bytes_compared": 0, "bytes_wrong": 0, "keys_put": 0, "loads": 0, "minus704": 0, "safe_below_hit": 0,
+              "draft_lookahead_bytes": 0}
     for k, sc in enumerate(scenarios):
         js = job["scenarios"][k]
         spec = evaluate_scenario(sc)
@@ -82,6 +83,7 @@ def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str
             assert got["bytes_wrong"] == 0, f"{where}: {got['bytes_wrong']} wrong bytes"
             totals["bytes_compared"] += got["bytes_compared"]
             totals["bytes_wrong"] += got["bytes_wrong"]
+            totals["draft_lookahead_bytes"] += got["draft_lookahead_bytes"]
             totals["keys_put"] += len(put)
             totals["loads"] += len(got["load"]["keys"])
             totals["minus704"] += sum(rc == -704 for rc in got["load"]["results"])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -21,9 +23,11 @@ from kvspec.spec.plan import plan_load
 from kvspec.spec.store import compute_store_boundaries
 
 from .fakes import FakeMooncake
+from .test_live import master  # noqa: F401 - the session master fixture
 
 BASE = make_tokens(1, 256)
 TOTALS: Counter = Counter()
+RUN_IDS = itertools.count()
 CPU = torch.device("cpu")
 
 
@@ -32,7 +36,10 @@ def tokens_of(shared: int, length: int, branch: int) -> list[int]:
     return BASE[:shared] + make_tokens(100 + branch, length - shared, 1000, 2000)
 
 
-prompts = st.tuples(st.sampled_from([0, 24, 40, 64, 96]), st.integers(1, 120), st.integers(0, 1))
+# a small universe of prompts sharing prefixes, so that hits (and collisions of stored objects) happen
+UNIVERSE = [(120, 120, 0), (120, 97, 0), (120, 113, 0), (96, 120, 1), (64, 100, 1), (40, 73, 0), (120, 64, 0)]
+prompts = st.one_of(st.sampled_from(UNIVERSE), st.tuples(st.sampled_from([0, 24, 40, 64, 96]), st.integers(1, 120),
+                                                         st.integers(0, 1)))
 
 
 class SpecVsImpl(RuleBasedStateMachine):
@@ -47,11 +54,13 @@ class SpecVsImpl(RuleBasedStateMachine):
         groups.append(Group(kind="mamba", block_size=qm * u))
         self.g = Geometry(unit=u, groups=tuple(groups), parallel=Parallel(dcp=d),
                           retention="dense" if dense else "replay")
-        self.fake = FakeMooncake()
-        self.engines = [RankEngine(self.g, r, self.fake, CPU, width=4) for r in range(d)]
+        self.stores = self.make_stores(d)
+        self.prefix = f"sm{next(RUN_IDS)}"
+        self.engines = [RankEngine(self.g, r, self.stores[r], CPU, width=4, cache_prefix=self.prefix)
+                        for r in range(d)]
         self.expected = ModelStore()
         self.keys: dict[tuple[bytes, int, int], str] = {}
-        self.steps = {"store": 0, "evict": 0, "lookup": 0, "failures": 0, "bytes": 0}
+        self.steps = Counter()
 
     def _key(self, h: bytes, g: int, r: int) -> str:
         return self.keys[(h, g, r)]
@@ -80,7 +89,7 @@ class SpecVsImpl(RuleBasedStateMachine):
         victims = [(h, g, x) for x in range(self.g.parallel.dcp)] if all_ranks else [(h, g, r)]
         victims = [v for v in victims if v in self.expected.shards]
         for v in victims:
-            assert self.fake.remove(self._key(*v), force=True) == 0
+            assert self.stores[v[2]].remove(self._key(*v), force=True) == 0
         self.expected = apply_evict(self.expected, victims)
         self.steps["evict"] += 1
 
@@ -94,8 +103,7 @@ class SpecVsImpl(RuleBasedStateMachine):
         spec_tails = compute_tail_boundaries(self.g, E, n, spec_h)
 
         def probe(objs):
-            keys = [[eng.key(g, t, chain) for g, t in objs] for eng in self.engines]
-            bits = [self.fake.exist(k) for k in keys]
+            bits = [eng.store.exist([eng.key(g, t, chain) for g, t in objs]) for eng in self.engines]
             return {o for j, o in enumerate(objs) if all(b[j] == 1 for b in bits)}
 
         lk = HybridLookup(self.g, n)
@@ -103,30 +111,33 @@ class SpecVsImpl(RuleBasedStateMachine):
         assert (h, tuple(tails)) == (spec_h, spec_tails), f"impl {h} {tails} != spec {spec_h} {spec_tails}"
         plan = plan_load(self.g, E, spec_h, spec_tails)
         # inject per-key failures on rank 0 for some planned blocks
-        self.fake.fail = {self.engines[0].key(e.group, e.key_boundary, chain)
-                          for e, bad in zip(plan, fail) if bad}
+        failing = {self.engines[0].key(e.group, e.key_boundary, chain) for e, bad in zip(plan, fail) if bad}
+        self.inject(failing, chain)
         results, colds = [], []
         for eng in self.engines:
             cold = RequestKV(self.g, n, eng.width, CPU)
             ld = eng.load(chain, h, tails, cold)
             assert [tuple(x) for x in ld["plan"]] == [(e.group, e.block, e.key_boundary) for e in plan]
             for key, rc in zip(ld["keys"], ld["results"]):  # no load key outside the store
-                assert rc >= 0 or key in self.fake.fail, f"{key} -> {rc}"
+                assert rc >= 0 or key in failing, f"{key} -> {rc}"
             results.append(ld)
             colds.append(cold)
-        self.fake.fail = set()
+        self.heal()
         ok = [all(r["results"][k] >= 0 for r in results) for k in range(len(plan))]
         spec_safe = compute_safe_boundary(self.g, E, spec_h, plan, ok)
         impl_safe = self.engines[0].safe_boundary(h, results[0]["plan"], ok, probe)
         assert impl_safe == spec_safe, f"safe boundary impl {impl_safe} != spec {spec_safe}"
         for eng, ld, cold in zip(self.engines, results, colds):
             okr = [1 if good else -1 for good in ok]
-            cmp_, wrong = eng.compare_with_cold(toks, spec_safe, cold, ld["plan"], okr, mamba=spec_safe == h)
+            cmp_, wrong, lookahead = eng.compare_with_cold(toks, spec_safe, cold, ld["plan"], okr,
+                                                           mamba=spec_safe == h)
             assert wrong == 0
             self.steps["bytes"] += cmp_
+            self.steps["draft_lookahead_bytes"] += lookahead
         if not all(ok):
             self.steps["failures"] += 1
             cap = compute_retry_cap(1, spec_safe)
+            E = compute_present_in_chain(self.expected, chain, u, len(self.g.groups), d)  # after the injection
             again = compute_lookup(self.g, E, n, cap=cap).hit_length
             lk2 = HybridLookup(self.g, n, cap=cap)
             assert lk2.run(probe)[0] == again <= spec_safe
@@ -139,8 +150,22 @@ class SpecVsImpl(RuleBasedStateMachine):
 
     @invariant()
     def store_matches_model(self):
-        if hasattr(self, "fake"):
-            assert self.fake.model == self.expected
+        if hasattr(self, "stores"):
+            self.check_store()
+
+    # -------------------------------------------------------------- store backends
+    def make_stores(self, d):
+        self.fake = FakeMooncake()
+        return [self.fake] * d
+
+    def inject(self, keys, chain):
+        self.fake.fail = set(keys)
+
+    def heal(self):
+        self.fake.fail = set()
+
+    def check_store(self):
+        assert self.fake.model == self.expected
 
 
 SpecVsImpl.TestCase.settings = settings(max_examples=80, stateful_step_count=25, deadline=None,
@@ -154,3 +179,45 @@ def test_stateful_report():
     print(f"stateful (in-memory): {dict(TOTALS)}")
     if TOTALS["runs"]:
         assert TOTALS["lookup"] > 0 and TOTALS["bytes"] > 0
+
+
+class SpecVsImplRealStore(SpecVsImpl):
+    """The same machine on a real mooncake_master: one in-process client per rank; failures are forced removals."""
+
+    clients: list = []
+
+    def make_stores(self, d):
+        return self.clients[:d]
+
+    def inject(self, keys, chain):
+        for key in keys:  # the object disappears between lookup and load (one rank's shard)
+            assert self.engines[0].store.remove(key, force=True) == 0
+        gone = [s for s, k in self.keys.items() if k in keys]
+        self.expected = apply_evict(self.expected, gone)
+
+    def heal(self):
+        pass
+
+    def check_store(self):
+        items = sorted(self.keys.items())
+        for r, eng in enumerate(self.engines):
+            mine = [(s, k) for s, k in items if s[2] == r]
+            ex = eng.store.exist([k for _, k in mine])
+            assert all((e == 1) == (s in self.expected.shards) for (s, _), e in zip(mine, ex))
+
+
+@pytest.mark.live
+def test_stateful_real_store(master):
+    """Fewer steps, real store: D clients of one master (in-process ranks), spec model alongside."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvspec.impl.mooncake_store import MooncakeKV
+    SpecVsImplRealStore.clients = [MooncakeKV(master.address, segment_bytes=64 << 20) for _ in range(4)]
+    try:
+        before = TOTALS["lookup"]
+        run_state_machine_as_test(SpecVsImplRealStore, settings=settings(
+            max_examples=12, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)))
+        print(f"stateful (real store): {TOTALS['lookup'] - before} lookups, totals {dict(TOTALS)}")
+    finally:
+        for c in SpecVsImplRealStore.clients:
+            c.close()
