@@ -107,8 +107,11 @@ def running_master(log_dir: str | None = None) -> Iterator[Master]:
 
 
 def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: str | None = None,
-              env: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Run `python -m kvspec.impl.worker` as `world` rank processes on one job; return each rank's result."""
+              env: dict[str, str] | None = None, during: Any = None) -> list[dict[str, Any]]:
+    """Run `python -m kvspec.impl.worker` as `world` rank processes on one job; return each rank's result.
+
+    `during(pids)`, if given, runs in the parent while the ranks run (fault injection).
+    """
     wd = Path(workdir or tempfile.mkdtemp(prefix="kvspec-job-"))
     wd.mkdir(parents=True, exist_ok=True)
     job_path = wd / "job.json"
@@ -124,6 +127,8 @@ def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: 
                                        preexec_fn=_pdeathsig), out, err))
     deadline = time.monotonic() + timeout_s
     try:
+        if during is not None:
+            during([p.pid for p, _, _ in procs])
         for p, _, _ in procs:
             p.wait(max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:

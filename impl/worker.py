@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -80,15 +82,26 @@ def main(argv: list[str]) -> int:
             res["missing_predicted"] = [k for k, e in zip(predicted, ex) if e != 1]
             for key in sc.get("evict", {}).get(str(rank), []):
                 store.remove(key, force=True)
+            if sc.get("crash_after_store") == rank:  # fault injection: this rank process dies (SIGKILL)
+                os.kill(os.getpid(), signal.SIGKILL)
             dist.barrier()
             chain = compute_hash_chain(base, u)
             look = eng.lookup(chain, sc["prompt"], legacy=sc["rule"] == "legacy")
             res.update(hit=look["hit"], tails=look["tails"], rounds=look["rounds"], probes=look["probes"],
                        lookup_error=look["error"])
             # fault injection: objects removed (forced) from this rank's keys between lookup and load
+            force = sc.get("evict_force", True)  # False: a lease (granted by the lookup's exist) may block it
             for gid, t in sc.get("evict_after_lookup", {}).get(str(rank), []):
-                res.setdefault("evicted_rc", []).append(store.remove(eng.key(gid, t, chain), force=True))
+                res.setdefault("evicted_rc", []).append(store.remove(eng.key(gid, t, chain), force=force))
+            for gid, t in sc.get("evict_after_lookup_unforced", {}).get(str(rank), []):
+                res.setdefault("evicted_rc", []).append(store.remove(eng.key(gid, t, chain), force=False))
             dist.barrier()
+            if sc.get("sync_dir"):  # fault injection: the parent acts (e.g. kills the master) before the load
+                sync = Path(sc["sync_dir"])
+                (sync / f"ready{rank}").touch()
+                deadline = time.monotonic() + 60
+                while not (sync / "go").exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
             cold = RequestKV(geometry, sc["prompt"], eng.width, device)
             t_load = time.perf_counter()
             ld = eng.load(chain, look["hit"], look["tails"], cold)
@@ -111,6 +124,9 @@ def main(argv: list[str]) -> int:
                                                             mamba=safe == look["hit"])
             res.update(bytes_compared=cmp_, bytes_wrong=wrong, draft_lookahead_bytes=lookahead,
                        seconds=time.perf_counter() - t0)
+            if sc.get("relookup"):  # what a retry would see now
+                again = eng.lookup(chain, sc["prompt"])
+                res["relookup_hit"] = again["hit"]
             results.append(res)
             dist.barrier()
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -58,3 +59,94 @@ def test_store_full_is_not_cached(tmp_path):
             s = r["scenarios"][k]
             assert s["bytes_wrong"] == 0 and s["safe"] <= s["hit"]
     assert elapsed < 180
+
+
+def _wait_for(paths, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() for p in paths):
+        assert time.monotonic() < deadline, f"ranks never reached {paths}"
+        time.sleep(0.05)
+
+
+def test_master_killed_during_load_and_restarted(tmp_path):
+    """The master dies after the lookup and comes back on the same port: loads fail (-900 / -704), nothing wrong
+    is used, every earlier key is gone (a retry finds no hit), and it all ends in bounded time."""
+    from .live import build_job
+    g = geometry(2, "dense")
+    sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),))
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    m = cluster.start_master(str(tmp_path))
+    state = {"master": m}
+
+    def kill_and_restart(pids):
+        _wait_for([sync / "ready0", sync / "ready1"])
+        port = state["master"].rpc_port
+        state["master"].proc.kill()  # SIGKILL by PID
+        state["master"].proc.wait(10)
+        state["master"] = cluster.start_master(str(tmp_path), rpc_port=port)
+        (sync / "go").touch()
+
+    try:
+        job = build_job(m.address, [sc], "kill-master")
+        job["scenarios"][0].update(sync_dir=str(sync), relookup=True)
+        t0 = time.monotonic()
+        ranks = cluster.run_ranks(job, 2, timeout_s=240, workdir=str(tmp_path / "job"), during=kill_and_restart)
+        elapsed = time.monotonic() - t0
+    finally:
+        state["master"].stop()
+    codes = sorted({rc for r in ranks for rc in r["scenarios"][0]["load"]["results"]})
+    print(f"master killed: load codes {codes}, {elapsed:.1f} s")
+    for r in ranks:
+        s = r["scenarios"][0]
+        assert s["hit"] > 0 and all(rc < 0 for rc in s["load"]["results"])  # every key lost with the master
+        assert set(s["load"]["results"]) <= {-900, -901, -704, -800}
+        assert s["safe"] == 0 and s["bytes_wrong"] == 0 and s["relookup_hit"] == 0
+    assert elapsed < 240
+
+
+def test_rank_process_killed(tmp_path):
+    """A rank process dies (SIGKILL) after storing: the survivors fail fast instead of hanging, every process is
+    gone, and a fresh set of ranks finds no hit (the dead client's segment and shards are gone: E needs every rank)."""
+    from .live import build_job
+    g = geometry(2, "replay")
+    sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),))
+    with cluster.running_master(str(tmp_path)) as m:
+        job = build_job(m.address, [sc], "kill-rank")
+        job["scenarios"][0]["crash_after_store"] = 1
+        seen = {}
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match="rank"):
+            cluster.run_ranks(job, 2, timeout_s=120, workdir=str(tmp_path / "a"),
+                              env={"TORCH_GLOO_TIMEOUT": "20"}, during=lambda pids: seen.update(pids=pids))
+        assert time.monotonic() - t0 < 120
+        for pid in seen["pids"]:  # nothing left running
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        time.sleep(3)  # client_ttl=2: the master drops the dead client's segment
+        job2 = build_job(m.address, [Scenario(geometry=g, prompt=57, stored=())], "kill-rank")
+        job2["scenarios"][0]["prefix"] = job["scenarios"][0]["prefix"]
+        job2["scenarios"][0]["seed"] = job["scenarios"][0]["seed"]
+        ranks = cluster.run_ranks(job2, 2, timeout_s=120, workdir=str(tmp_path / "b"))
+    for r in ranks:
+        s = r["scenarios"][0]
+        assert s["hit"] == 0 and s["bytes_wrong"] == 0
+
+
+def test_lease_blocks_removal(tmp_path):
+    """The lookup's existence check grants a lease: a non-forced removal right after it answers -706, the object
+    stays, and the load the spec predicts succeeds byte-exact."""
+    from .live import build_job, compare
+    g = geometry(2, "replay")
+    sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),))
+    m = cluster.start_master(str(tmp_path), lease_ttl_ms=10_000)
+    try:
+        job = build_job(m.address, [sc], "lease", [{"0": [[0, 52]]}])
+        job["scenarios"][0]["evict_after_lookup"] = {}  # the spec expects nothing removed
+        job["scenarios"][0]["evict_after_lookup_unforced"] = {"0": [[0, 52]]}
+        ranks = cluster.run_ranks(job, 2, timeout_s=120, workdir=str(tmp_path / "job"))
+    finally:
+        m.stop()
+    assert ranks[0]["scenarios"][0]["evicted_rc"] == [-706]
+    totals = compare([sc], job, ranks)
+    assert totals["minus704"] == 0 and totals["bytes_wrong"] == 0 and totals["bytes_compared"] > 0
