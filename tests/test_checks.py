@@ -89,3 +89,15 @@ def test_registry_predicate_is_shared_by_both_backends():
     legacy = compute_closed_witness(IntOps, Params(u=128, q=12, d=8, e=1, dense=0, p=15000, n=15000, s_shared=15000),
                                     legacy=True)
     assert not get_invariant("I-20").predicate(IntOps, legacy)
+
+
+def test_spurious_models_are_not_counterexamples():
+    """A 'sat' whose model satisfies the claim on ints is rejected (never reported as refuted)."""
+    def build(ops: Z3Ops):
+        z3 = ops.z3
+        x = z3.Int("x")
+        return x >= 0, x < 0, {"x": x}  # refuted for real at any x >= 0 ...
+    th = Theorem(name="SPURIOUS", statement="replay says the model is no counterexample", build=build, budget_s=5,
+                 replay=lambda model: False)  # ... but the replay disagrees: fail closed
+    v = prove(th)
+    assert v.answer == "unknown" and not v.ok and "spurious" in v.reason
