@@ -62,6 +62,48 @@ def _exhaustive_task(offset: int, fast: bool) -> ROW:
     return {"id": f"EXH-{offset}", "n": n, "bad": bad, "seconds": time.perf_counter() - t0}
 
 
+FAILURE_SCOPE = dict(dcps=(1, 2, 4), units=(1, 2), max_q=3)
+
+
+def _failure_scenarios(fast: bool):
+    from .exhaustive import iterate_all
+    for k, sc in enumerate(iterate_all(dcps=FAILURE_SCOPE["dcps"], evict=False)):
+        if sc.geometry.unit in FAILURE_SCOPE["units"] and all(
+                gr.block_size <= FAILURE_SCOPE["max_q"] * sc.geometry.unit for gr in sc.geometry.groups):
+            if not fast or k % 20 == 0:
+                yield sc
+
+
+def _failure_patterns(n: int):
+    yield tuple([True] * n)
+    for k in range(n):
+        yield tuple(j != k for j in range(n))
+    if n > 1:
+        yield tuple([False] * n)
+
+
+def _failure_task(part: str, fast: bool) -> ROW:
+    from kvspec.spec.invariants import compute_failure_violations
+    from kvspec.spec.scenario import evaluate_scenario
+    t0 = time.perf_counter()
+    n, bad = 0, []
+    mutant = {"exhaustive": {}, "keeps-hit": {"safe_fn": lambda g, E, h, plan, ok: h},
+              "retry-same-hit": {"retry_fn": lambda fails, safe: None}}[part]
+    for sc in _failure_scenarios(fast):
+        out = evaluate_scenario(sc)
+        if out.hit_length <= 0:
+            continue
+        for ok in _failure_patterns(len(out.load)):
+            n += 1
+            v = compute_failure_violations(sc, out, ok, **mutant)
+            if v:
+                bad.append({"violated": list(v), "scenario": repr(sc), "ok": list(ok)})
+                break
+        if bad:
+            break
+    return {"id": f"FAIL-{part}", "n": n, "bad": bad, "seconds": time.perf_counter() - t0}
+
+
 def _link_task(part: str, fast: bool) -> ROW:
     from .link import compare, iterate_small_scope
     t0 = time.perf_counter()
@@ -133,7 +175,8 @@ def _mutant_task(name: str, fast: bool) -> ROW:
 
 def _run(task: tuple[str, Any, bool]) -> ROW:
     kind, arg, fast = task
-    fn = {"z3": _z3_task, "exh": _exhaustive_task, "link": _link_task, "mut": _mutant_task}[kind]
+    fn = {"z3": _z3_task, "exh": _exhaustive_task, "link": _link_task, "mut": _mutant_task,
+          "fail": _failure_task}[kind]
     row = fn(arg, fast)
     row["kind"] = kind
     return row
@@ -147,6 +190,7 @@ def collect(fast: bool = False, processes: int | None = None) -> list[ROW]:
     tasks += [("link", p, fast) for p in ("exhaustive", "exhaustive-draft", "hypothesis")]
     tasks += [("z3", i, fast) for i in range(len(_theorems(fast)))]
     tasks += [("mut", m.name, fast) for m in MUTANTS]
+    tasks += [("fail", p, fast) for p in ("exhaustive", "keeps-hit", "retry-same-hit")]
     procs = processes or min(len(tasks), os.cpu_count() or 1)
     if procs <= 1:
         return [_run(t) for t in tasks]
@@ -200,6 +244,21 @@ def summarize(rows: list[ROW], fast: bool) -> dict[str, Any]:
                       "result": f"caught by {', '.join(r['caught_by'])}" if r["ok"] else "NOT CAUGHT",
                       "ok": r["ok"], "seconds": r["seconds"], "tried": r["tried"],
                       "counterexample": r["counterexample"]})
+    for r in (r for r in rows if r["kind"] == "fail"):
+        if r["id"] == "FAIL-exhaustive":
+            table.append({"id": r["id"], "statement": "failure closure F-1, F-2, F-3, F-4, F-7 for every single-block "
+                          "failure and total failure, every scenario with a hit of D∈{1,2,4}, u∈{1,2}, b≤3u",
+                          "method": "exhaustive", "result": f"{r['n']} load results, {len(r['bad'])} violations",
+                          "ok": not r["bad"], "seconds": round(r["seconds"], 2), "scenarios": r["n"],
+                          "failures": r["bad"][:3]})
+        else:
+            caught = [v for b in r["bad"] for v in b["violated"]]
+            table.append({"id": f"MUT-closure-{r['id'][5:]}", "method": "mutant",
+                          "statement": {"FAIL-keeps-hit": "#53730/#48216: a failed block still counted (no closure)",
+                                        "FAIL-retry-same-hit": "#55297: the failing hit offered again (no retry cap)"}
+                          [r["id"]], "result": f"caught by {', '.join(caught)}" if caught else "NOT CAUGHT",
+                          "ok": bool(caught), "seconds": round(r["seconds"], 2), "tried": r["n"],
+                          "counterexample": r["bad"][0]["scenario"] if r["bad"] else None})
     ok = all(r["ok"] for r in table)
     return {"ok": ok, "fast": fast, "z3_scope": SCOPE, "rows": table,
             "totals": {"checks": len(table), "failed": sum(not r["ok"] for r in table),
@@ -208,8 +267,8 @@ def summarize(rows: list[ROW], fast: bool) -> dict[str, Any]:
                        "z3_unknown": sum(r["result"] == "unknown" for r in z3rows),
                        "exhaustive_scenarios": n_exh,
                        "link_inputs": sum(r["n"] for r in rows if r["kind"] == "link"),
-                       "mutants": sum(r["kind"] == "mut" for r in rows),
-                       "mutants_caught": sum(r["kind"] == "mut" and r["ok"] for r in rows)}}
+                       "mutants": sum(r["method"] == "mutant" for r in table),
+                       "mutants_caught": sum(r["method"] == "mutant" and r["ok"] for r in table)}}
 
 
 def format_table(report: dict[str, Any]) -> str:

@@ -186,6 +186,51 @@ def inv_store_key_in_block(ops: Any, u: Any, s: Any, tail: Any, i: Any) -> Any:
     return ops.And(i * s < t, t <= (i + 1) * s, ops.divides(u, t), ops.cdiv(t, s) - 1 == i)
 
 
+# ---------------------------------------------------------------- failure closure
+
+@attrs.frozen(kw_only=True)
+class FailureWitness:
+    """The observables of a partly failed load: h, the safe boundary, what loaded, the capped retry's hit."""
+
+    alignment: Any
+    hit: Any
+    safe: Any
+    all_ok: Any
+    attention_loaded: tuple[Any, ...]  # per attention group: end of its leading run of loaded blocks
+    mamba_has: Callable[[Any], Any]  # t -> every Mamba group has a stored state at t
+    mamba_loaded: Any  # every Mamba block of the plan loaded
+    has_mamba: bool
+    retry_hit: Any  # the next lookup's hit, capped by the retry rule
+
+
+def inv_safe_bounds(ops: Any, w: FailureWitness) -> Any:
+    """Return whether 0 <= safe <= h and safe is a multiple of a (F-1)."""
+    return ops.And(w.safe >= 0, w.safe <= w.hit, ops.divides(w.alignment, w.safe))
+
+
+def inv_safe_nothing_lost(ops: Any, w: FailureWitness) -> Any:
+    """Return whether a load with no failure keeps the whole hit (F-2)."""
+    return ops.Implies(w.all_ok, w.safe == w.hit)
+
+
+def inv_safe_attention_loaded(ops: Any, w: FailureWitness) -> Any:
+    """Return whether every attention group has [0, safe) loaded (F-3)."""
+    return ops.And(True, *(w.safe <= x for x in w.attention_loaded))
+
+
+def inv_safe_mamba_state(ops: Any, w: FailureWitness) -> Any:
+    """Return whether every Mamba group has a state at exactly the safe boundary: loaded when safe = h (F-4)."""
+    if not w.has_mamba:
+        return True
+    return ops.And(ops.Implies(w.safe > 0, w.mamba_has(w.safe)),
+                   ops.Implies(ops.And(w.safe > 0, w.safe == w.hit), w.mamba_loaded))
+
+
+def inv_retry_progress(ops: Any, w: FailureWitness) -> Any:
+    """Return whether a failed load is never offered the same failing hit again: the retry stays <= safe (F-7)."""
+    return ops.Implies(ops.Not(w.all_ok), ops.And(w.retry_hit <= w.safe, ops.Or(w.safe == w.hit, w.retry_hit < w.hit)))
+
+
 @attrs.frozen(kw_only=True)
 class Invariant:
     """A registered invariant: stable id, claim, predicate and how it is checked."""
@@ -224,6 +269,16 @@ REGISTRY: tuple[Invariant, ...] = (
               kind="scenario", predicate=inv_load_keys_stored),
     Invariant(id="I-22", statement="each tail load key covers [0, h) and lies in the block of token h-1",
               kind="scenario", predicate=inv_tail_key_in_tail_block),
+    Invariant(id="F-1", statement="the safe boundary is a multiple of a within [0, h]", kind="failure",
+              predicate=inv_safe_bounds),
+    Invariant(id="F-2", statement="a load without failure keeps the whole hit", kind="failure",
+              predicate=inv_safe_nothing_lost),
+    Invariant(id="F-3", statement="every attention group has [0, safe) loaded", kind="failure",
+              predicate=inv_safe_attention_loaded),
+    Invariant(id="F-4", statement="every Mamba group has a state at exactly safe (the loaded one when safe = h)",
+              kind="failure", predicate=inv_safe_mamba_state),
+    Invariant(id="F-7", statement="a failed load is retried at most at the safe boundary, never the same failing hit",
+              kind="failure", predicate=inv_retry_progress),
 )
 
 
@@ -260,3 +315,35 @@ def compute_plan_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, 
                 want.append((gid, i, i * s, min((i + 1) * s, h)))
     got = [(e.group, e.block, e.start, e.end) for e in outcome.load]
     return () if got == want else ("I-21",)
+
+
+def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...],
+                            safe_fn: Callable[..., Any] | None = None,
+                            retry_fn: Callable[..., Any] | None = None) -> FailureWitness:
+    """Return the failure witness of a load whose per-block results are `ok` (closure rules replaceable by mutants)."""
+    from .failure import compute_loaded_prefix, compute_retry_cap, compute_safe_boundary
+    from .geometry import compute_group_ids
+    from .lookup import compute_lookup
+
+    g, h, present = scenario.geometry, outcome.hit_length, outcome.present
+    safe = (safe_fn or compute_safe_boundary)(g, present, h, outcome.load, ok)
+    mambas = compute_group_ids(g, "mamba")
+    cap = (retry_fn or compute_retry_cap)(0 if all(ok) else 1, safe)
+    retry = compute_lookup(g, present, scenario.prompt, cap=cap).hit_length if cap is not None else h
+    return FailureWitness(
+        alignment=compute_alignment(g), hit=h, safe=safe, all_ok=all(ok),
+        attention_loaded=tuple(compute_loaded_prefix(g, a, h, outcome.load, ok)
+                               for a in compute_group_ids(g, "attention")),
+        mamba_has=lambda t: all((m, t) in present for m in mambas),
+        mamba_loaded=all(good for e, good in zip(outcome.load, ok) if e.group in mambas),
+        has_mamba=bool(mambas), retry_hit=retry)
+
+
+def compute_failure_violations(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...],
+                               safe_fn: Callable[..., Any] | None = None,
+                               retry_fn: Callable[..., Any] | None = None) -> tuple[str, ...]:
+    """Return the ids of the failure-closure invariants a load result violates."""
+    from .ops import IntOps
+
+    w = compute_failure_witness(scenario, outcome, ok, safe_fn, retry_fn)
+    return tuple(inv.id for inv in REGISTRY if inv.kind == "failure" and not inv.predicate(IntOps, w))

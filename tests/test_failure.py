@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from kvspec.spec.failure import compute_loaded_prefix, compute_retry_cap, compute_safe_boundary, is_block_kept
 from kvspec.spec.geometry import compute_alignment, compute_group_ids
+from kvspec.spec.invariants import compute_failure_violations
 from kvspec.spec.lookup import compute_lookup
 from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
@@ -20,6 +21,13 @@ def failed_loads(draw):
     out = evaluate_scenario(sc)
     ok = [draw(st.booleans()) if draw(st.integers(0, 3)) == 0 else True for _ in out.load]
     return sc, out, ok
+
+
+@given(failed_loads())
+def test_failure_registry(case):
+    """F-1, F-2, F-3, F-4, F-7 of the registry hold for random partial load failures."""
+    sc, out, ok = case
+    assert compute_failure_violations(sc, out, tuple(ok)) == ()
 
 
 @given(failed_loads())
@@ -63,3 +71,12 @@ def test_worked_example_attention_tail_failure_falls_back_to_0():
     # attention loaded [0, 12288); the only Mamba states are 13824 and 14848: nothing stored below 12288
     assert compute_safe_boundary(g, out.present, out.hit_length, out.load, ok) == 0
     assert compute_safe_boundary(g, out.present, out.hit_length, out.load, [True, True, True]) == 13824
+
+
+def test_closure_mutants_are_caught():
+    g = get_preset("kimi-k3-dcp8")
+    sc = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),))
+    out = evaluate_scenario(sc)
+    ok = (True, False, True)
+    assert "F-3" in compute_failure_violations(sc, out, ok, safe_fn=lambda g, E, h, plan, ok: h)  # keeps the hit
+    assert "F-7" in compute_failure_violations(sc, out, ok, retry_fn=lambda n, safe: None)  # same hit again
