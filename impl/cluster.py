@@ -146,3 +146,69 @@ def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: 
             raise RuntimeError(f"rank {r} failed (rc {p.returncode}); log tail:\n{tail}")
         results.append(json.loads(out.read_text()))
     return results
+
+
+class RankServers:
+    """D long-lived rank processes (`worker --serve`) driven by JSON commands; stopped by PID."""
+
+    def __init__(self, job: dict[str, Any], world: int, workdir: str, timeout_s: float = 60) -> None:
+        wd = Path(workdir)
+        wd.mkdir(parents=True, exist_ok=True)
+        (wd / "job.json").write_text(json.dumps(job))
+        port = free_port()
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+               "MC_STORE_CLIENT_SETUP_RETRIES": "1", "PYTHONUNBUFFERED": "1"}
+        self.timeout_s = timeout_s
+        self.logs = [open(wd / f"server{r}.log", "wb") for r in range(world)]  # noqa: SIM115
+        self.procs = [subprocess.Popen([sys.executable, "-m", "kvspec.impl.worker", "--serve", str(wd / "job.json"),
+                                        str(r)], env={**env, "RANK": str(r)}, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=self.logs[r], preexec_fn=_pdeathsig)
+                      for r in range(world)]
+
+    def _read(self, r: int) -> dict[str, Any]:
+        import select
+        p = self.procs[r]
+        assert p.stdout is not None
+        ready, _, _ = select.select([p.stdout], [], [], self.timeout_s)
+        if not ready:
+            self.close()
+            raise TimeoutError(f"rank {r} did not answer in {self.timeout_s} s")
+        line = p.stdout.readline()
+        if not line:
+            self.close()
+            raise RuntimeError(f"rank {r} exited (rc {p.poll()})")
+        return json.loads(line)
+
+    def call(self, rank: int, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Send one command to one rank and return its answer."""
+        p = self.procs[rank]
+        assert p.stdin is not None
+        p.stdin.write((json.dumps(cmd) + "\n").encode())
+        p.stdin.flush()
+        return self._read(rank)
+
+    def call_all(self, cmd: dict[str, Any]) -> list[dict[str, Any]]:
+        """Send a (collective) command to every rank, then collect every answer."""
+        for p in self.procs:
+            assert p.stdin is not None
+            p.stdin.write((json.dumps(cmd) + "\n").encode())
+            p.stdin.flush()
+        return [self._read(r) for r in range(len(self.procs))]
+
+    def close(self) -> None:
+        """Ask every rank to quit, then stop what is left by PID."""
+        for p in self.procs:
+            if p.poll() is None and p.stdin is not None:
+                try:
+                    p.stdin.write(b'{"op": "quit"}\n')
+                    p.stdin.flush()
+                except (BrokenPipeError, ValueError):
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        for fh in self.logs:
+            fh.close()

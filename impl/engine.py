@@ -149,7 +149,8 @@ class RankEngine:
                 "bytes": sum(sizes[k] for k, rc in zip(todo, rcs) if rc == 0)}
 
     # ---------------------------------------------------------------- lookup
-    def lookup(self, chain: Sequence[bytes], n_tokens: int, legacy: bool = False) -> dict[str, Any]:
+    def lookup(self, chain: Sequence[bytes], n_tokens: int, legacy: bool = False,
+               cap: int | None = None) -> dict[str, Any]:
         """Return the hit length and tail boundaries all ranks agree on (presence = MIN over ranks)."""
         assert self.store is not None
         own_probes = [0]
@@ -161,7 +162,7 @@ class RankEngine:
             self.all_reduce_min(bits)
             return {o for o, bit in zip(objs, bits.tolist()) if bit}
 
-        lk = HybridLookup(self.g, n_tokens)
+        lk = HybridLookup(self.g, n_tokens, cap=cap)
         try:
             hit, tails = lk.run(probe, legacy=legacy)
         except LookupError as exc:  # the loud form of a -704: report, load nothing

@@ -137,5 +137,77 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def serve(argv: list[str]) -> int:
+    """Serve one rank: JSON commands on stdin, one JSON answer per line on stdout (stateful tests).
+
+    Collective commands (`lookup_load`) must be sent to every rank.
+    """
+    job = json.loads(open(argv[2]).read())
+    rank = int(argv[3])
+    world = int(os.environ["WORLD_SIZE"])
+    device = select_device(rank)
+    backend = select_backend(device, world)
+    dist.init_process_group(backend, init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                            rank=rank, world_size=world)
+    geometry = geometry_from_json(job["geometry"])
+    store = MooncakeKV(job["master"], segment_bytes=job.get("segment_bytes", 64 << 20))
+
+    def all_reduce_min(t: torch.Tensor) -> None:
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+
+    out = sys.stdout
+    sys.stdout = sys.stderr  # anything else printed must not corrupt the protocol
+    try:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd["op"] == "quit":
+                break
+            eng = RankEngine(geometry, rank, store, device, width=job.get("width", 4), model=job["model"],
+                             cache_prefix=cmd.get("prefix", ""), all_reduce_min=all_reduce_min)
+            ans: dict[str, Any] = {}
+            if cmd["op"] == "store":
+                toks = cmd["tokens"]
+                kv = RequestKV(geometry, len(toks), eng.width, device)
+                eng.prefill(toks, kv)
+                ans = eng.store_request(toks, compute_hash_chain(toks, geometry.unit), kv)
+            elif cmd["op"] == "exist":
+                ans = {"exist": store.exist(cmd["keys"])}
+            elif cmd["op"] == "remove":
+                ans = {"rc": [store.remove(k, force=cmd.get("force", True)) for k in cmd["keys"]]}
+            elif cmd["op"] == "lookup_load":
+                toks = cmd["tokens"]
+                chain = compute_hash_chain(toks, geometry.unit)
+                look = eng.lookup(chain, len(toks), cap=cmd.get("cap"))
+                for k in cmd.get("fail_keys", {}).get(str(rank), []):  # injected: gone between lookup and load
+                    store.remove(k, force=True)
+                dist.barrier()
+                cold = RequestKV(geometry, len(toks), eng.width, device)
+                ld = eng.load(chain, look["hit"], look["tails"], cold)
+                ok = torch.tensor([1 if rc >= 0 else 0 for rc in ld["results"]], dtype=torch.int32)
+                all_reduce_min(ok)
+
+                def probe(objs: list[tuple[int, int]], chain: Any = chain, eng: RankEngine = eng) -> set[Any]:
+                    bits = torch.tensor([1 if e == 1 else 0 for e in store.exist([eng.key(g, t, chain)
+                                                                                   for g, t in objs])],
+                                        dtype=torch.int32)
+                    all_reduce_min(bits)
+                    return {o for o, b in zip(objs, bits.tolist()) if b}
+
+                oks = [bool(x) for x in ok.tolist()]
+                safe = eng.safe_boundary(look["hit"], ld["plan"], oks, probe)
+                cmp_, wrong, lookahead = eng.compare_with_cold(toks, safe, cold, ld["plan"],
+                                                               [1 if x else -1 for x in oks],
+                                                               mamba=safe == look["hit"])
+                ans = {"hit": look["hit"], "tails": look["tails"], "plan": ld["plan"], "keys": ld["keys"],
+                       "results": ld["results"], "ok": oks, "safe": safe, "bytes_compared": cmp_,
+                       "bytes_wrong": wrong, "draft_lookahead_bytes": lookahead}
+            out.write(json.dumps(ans) + "\n")
+            out.flush()
+    finally:
+        store.close()
+        dist.destroy_process_group()
+    return 0
+
+
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))
+    raise SystemExit(serve(sys.argv) if sys.argv[1] == "--serve" else main(sys.argv))
