@@ -40,10 +40,10 @@ def test_store_full_is_not_cached(tmp_path):
     """Puts answered -200 (segment full) mean 'not cached': no error, every load still exact, time bounded."""
     from .live import build_job
     g = geometry(2, "dense")
-    scs = [Scenario(geometry=g, prompt=150, stored=(StoredRequest(prompt=150, shared=150),)) for _ in range(6)]
+    scs = [Scenario(geometry=g, prompt=150, stored=(StoredRequest(prompt=150, shared=150),)) for _ in range(10)]
     with cluster.running_master(str(tmp_path)) as m:
         job = build_job(m.address, scs, "full")
-        job["width"] = 16384  # 1 MiB per attention shard
+        job["width"] = 32768  # 2 MiB per attention shard: ~50 MiB of puts per rank into a 16 MiB segment
         job["segment_bytes"] = 16 << 20  # the smallest segment Mooncake accepts: fills after a few requests
         t0 = time.monotonic()
         ranks = cluster.run_ranks(job, 2, timeout_s=180, workdir=str(tmp_path))
