@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("dev", max_examples=60, deadline=None)
@@ -12,3 +13,13 @@ settings.register_profile("ci", max_examples=150, deadline=None, derandomize=Tru
 settings.register_profile("nightly", max_examples=5000, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="session")
+def master(tmp_path_factory):
+    """A real mooncake_master on free loopback ports for the whole run; stopped by PID at the end."""
+    pytest.importorskip("mooncake.store")
+    from kvspec.impl.cluster import start_master
+    m = start_master(str(tmp_path_factory.mktemp("master")))
+    yield m
+    m.stop()

@@ -10,7 +10,7 @@ import pytest
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.scenario import Scenario, StoredRequest
 
-from .test_live import master, run  # noqa: F401 - the session master fixture
+from .test_live import run
 
 pytestmark = [pytest.mark.live, pytest.mark.faults]
 cluster = pytest.importorskip("kvspec.impl.cluster")
@@ -22,7 +22,7 @@ def geometry(dcp: int, retention: str) -> Geometry:
                     parallel=Parallel(dcp=dcp), retention=retention)
 
 
-def test_eviction_between_lookup_and_load(master, tmp_path):  # noqa: F811
+def test_eviction_between_lookup_and_load(master, tmp_path):
     """One rank's shard removed after the lookup confirmed it: -704 at load, closure to the spec's safe boundary."""
     g_replay, g_dense = geometry(2, "replay"), geometry(2, "dense")
     sc = lambda g: Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),))  # noqa: E731

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,14 +14,6 @@ from .live import build_job, compare
 
 pytestmark = pytest.mark.live
 cluster = pytest.importorskip("kvspec.impl.cluster")
-
-
-@pytest.fixture(scope="session")
-def master(tmp_path_factory):
-    pytest.importorskip("mooncake.store")
-    m = cluster.start_master(str(tmp_path_factory.mktemp("master")))
-    yield m
-    m.stop()
 
 
 def run(master, scenarios, tmp_path, tag, evict_after_lookup=None):

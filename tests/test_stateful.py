@@ -23,7 +23,6 @@ from kvspec.spec.plan import plan_load
 from kvspec.spec.store import compute_store_boundaries
 
 from .fakes import FakeMooncake
-from .test_live import master  # noqa: F401 - the session master fixture
 
 BASE = make_tokens(1, 256)
 TOTALS: Counter = Counter()

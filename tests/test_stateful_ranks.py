@@ -20,7 +20,6 @@ from kvspec.spec.model import ModelStore, apply_evict, apply_put, compute_presen
 from kvspec.spec.plan import plan_load
 from kvspec.spec.store import compute_store_boundaries
 
-from .test_live import master  # noqa: F401 - the session master fixture
 from .test_stateful import prompts, tokens_of
 
 pytestmark = [pytest.mark.live, pytest.mark.stateful]
@@ -110,7 +109,7 @@ class SpecVsRankProcesses(RuleBasedStateMachine):
             assert all((e == 1) == (s in self.expected.shards) for (s, _), e in zip(mine, ex))
 
 
-def test_stateful_rank_processes(master, tmp_path):  # noqa: F811
+def test_stateful_rank_processes(master, tmp_path):
     job = {"master": master.address, "model": "kvspec-live", "width": 4,
            "geometry": {"unit": GEOMETRY.unit, "dcp": GEOMETRY.parallel.dcp, "retention": GEOMETRY.retention,
                         "groups": [{"kind": g.kind, "block_size": g.block_size, "eagle": g.eagle}
