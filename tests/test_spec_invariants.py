@@ -66,3 +66,29 @@ def test_full_prompt_hit_is_rederived_below_n():
     out = evaluate_scenario(sc)
     assert out.lookup.rederived and out.lookup.bound == 15 and out.hit_length == 8
     assert compute_violations(sc, out) == ()
+
+
+@given(scenarios(evict=False))
+def test_store_boundaries_lie_in_their_blocks(sc):
+    """I-6/I-7/I-8/I-9 on the executable store rule, through the registered I-6 predicate."""
+    from kvspec.spec.geometry import compute_lcm_span, compute_span
+    from kvspec.spec.invariants import get_invariant
+    from kvspec.spec.ops import IntOps
+    from kvspec.spec.store import compute_store_boundaries, compute_sub_block_tail, is_tail_stored
+
+    g = sc.geometry
+    inv = get_invariant("I-6")
+    for r in sc.stored:
+        p = r.prompt
+        full = p // compute_lcm_span(g) * compute_lcm_span(g)
+        tail = compute_sub_block_tail(g, p)
+        for gid, t in compute_store_boundaries(g, p):
+            s = compute_span(g, gid)
+            assert 0 < t <= p and t % g.unit == 0
+            if g.groups[gid].kind == "attention":  # a full block at k*s <= F, or a block keyed min((i+1)s, T)
+                assert (t % s == 0 and t <= full) or (is_tail_stored(g, p) and t <= tail)
+                vals = dict(u=g.unit, s=s, tail=max(tail, t), i=-(-t // s) - 1)
+                assert inv.pre(IntOps, **vals) and inv.predicate(IntOps, **vals)
+            else:  # a checkpoint (multiple of b, <= P-1) or the sub-block tail
+                b = g.groups[gid].block_size
+                assert (t % b == 0 and t <= p - 1) or (t == tail and is_tail_stored(g, p))
