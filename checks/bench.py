@@ -69,7 +69,7 @@ def bench_transfer(repeats: int = 5, width: int = 256, prompt: int = 131_072) ->
                 chain = compute_hash_chain(toks, g.unit)
                 kv = RequestKV(g, prompt, width, torch.device("cpu"))
                 eng.prefill(toks, kv)
-                for t in kv.tensors:
+                for t in kv.tensors:  # registered once per slab (unregistered below, before the memory goes)
                     store.register(t.data_ptr(), t.nbytes)
                 objs = [tuple(o) for o in eng.plan_objects(prompt)]
                 ptrs, sizes = [], []
@@ -125,6 +125,8 @@ def bench_transfer(repeats: int = 5, width: int = 256, prompt: int = 131_072) ->
 
                 for fn in ((ours_load, raw_load) if first_ours else (raw_load, ours_load)):
                     fn()
+                for t in (*kv.tensors, *cold_a.tensors, *cold_b.tensors):
+                    store.unregister(t.data_ptr())
                 if k == 0:
                     for lst in (ours_put, raw_put, ours_get, raw_get):
                         lst.clear()

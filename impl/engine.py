@@ -7,8 +7,9 @@ module's and ``impl/lookup.py``'s own.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -40,6 +41,20 @@ class RequestKV:
     def cow_block(self, group: int) -> int:
         """Return the index of a Mamba group's copy-on-write block (the sub-block tail state)."""
         return self.tensors[group].shape[0] - 1
+
+
+@contextlib.contextmanager
+def registered(store: MooncakeKV | Any, kv: RequestKV) -> Iterator[RequestKV]:
+    """Register every slab of a request's KV with the store once, and unregister it after use."""
+    ptrs = [t.data_ptr() for t in kv.tensors]
+    for t in kv.tensors:
+        store.register(t.data_ptr(), t.nbytes)
+    try:
+        yield kv
+    finally:
+        for p in ptrs:
+            if hasattr(store, "unregister"):
+                store.unregister(p)
 
 
 class RankEngine:

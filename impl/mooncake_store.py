@@ -40,6 +40,12 @@ class MooncakeKV:
         if self._store.register_buffer(ptr, nbytes) == 0:
             self._registered.append(ptr)
 
+    def unregister(self, ptr: int) -> None:
+        """Unregister a slab before its memory is freed (a later slab may reuse the address)."""
+        if ptr in self._registered:
+            self._store.unregister_buffer(ptr)
+            self._registered.remove(ptr)
+
     def exist(self, keys: Sequence[str]) -> list[int]:
         """Return 1 / 0 / negative per key (one batched RPC)."""
         return list(self._store.batch_is_exist(list(keys))) if keys else []

@@ -22,7 +22,7 @@ from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.keys import compute_hash_chain
 
 from .device import select_backend, select_device
-from .engine import RankEngine, RequestKV
+from .engine import RankEngine, RequestKV, registered
 from .mooncake_store import MooncakeKV
 
 
@@ -74,9 +74,9 @@ def main(argv: list[str]) -> int:
             t0 = time.perf_counter()
             for k, r in enumerate(sc["stored"]):
                 toks = request_tokens(base, sc["seed"] * 1000 + k + 1, r["prompt"], r["shared"])
-                kv = RequestKV(geometry, len(toks), eng.width, device)
-                eng.prefill(toks, kv)
-                res["stores"].append(eng.store_request(toks, compute_hash_chain(toks, u), kv))
+                with registered(store, RequestKV(geometry, len(toks), eng.width, device)) as kv:
+                    eng.prefill(toks, kv)
+                    res["stores"].append(eng.store_request(toks, compute_hash_chain(toks, u), kv))
             predicted = sc.get("predicted_keys", {}).get(str(rank), [])
             ex = store.exist(predicted)
             res["missing_predicted"] = [k for k, e in zip(predicted, ex) if e != 1]
@@ -104,7 +104,8 @@ def main(argv: list[str]) -> int:
                     time.sleep(0.05)
             cold = RequestKV(geometry, sc["prompt"], eng.width, device)
             t_load = time.perf_counter()
-            ld = eng.load(chain, look["hit"], look["tails"], cold)
+            with registered(store, cold):
+                ld = eng.load(chain, look["hit"], look["tails"], cold)
             res["load"] = {"plan": ld["plan"], "keys": ld["keys"], "results": ld["results"], "failed": ld["failed"],
                            "bytes": ld["bytes"], "seconds": time.perf_counter() - t_load}
             # failure closure: a block counts only if every rank loaded it
@@ -167,9 +168,9 @@ def serve(argv: list[str]) -> int:
             ans: dict[str, Any] = {}
             if cmd["op"] == "store":
                 toks = cmd["tokens"]
-                kv = RequestKV(geometry, len(toks), eng.width, device)
-                eng.prefill(toks, kv)
-                ans = eng.store_request(toks, compute_hash_chain(toks, geometry.unit), kv)
+                with registered(store, RequestKV(geometry, len(toks), eng.width, device)) as kv:
+                    eng.prefill(toks, kv)
+                    ans = eng.store_request(toks, compute_hash_chain(toks, geometry.unit), kv)
             elif cmd["op"] == "exist":
                 ans = {"exist": store.exist(cmd["keys"])}
             elif cmd["op"] == "remove":
@@ -182,7 +183,8 @@ def serve(argv: list[str]) -> int:
                     store.remove(k, force=True)
                 dist.barrier()
                 cold = RequestKV(geometry, len(toks), eng.width, device)
-                ld = eng.load(chain, look["hit"], look["tails"], cold)
+                with registered(store, cold):
+                    ld = eng.load(chain, look["hit"], look["tails"], cold)
                 ok = torch.tensor([1 if rc >= 0 else 0 for rc in ld["results"]], dtype=torch.int32)
                 all_reduce_min(ok)
 
