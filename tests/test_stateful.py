@@ -37,6 +37,15 @@ def tokens_of(shared: int, length: int, branch: int) -> list[int]:
 
 # a small universe of prompts sharing prefixes, so that hits (and collisions of stored objects) happen
 UNIVERSE = [(120, 120, 0), (120, 97, 0), (120, 113, 0), (96, 120, 1), (64, 100, 1), (40, 73, 0), (120, 64, 0)]
+def spec_expectation(g, expected, toks):
+    """Return (chain, E, h, tails, plan): what the spec says a lookup of toks finds in the model store."""
+    chain = compute_hash_chain(toks, g.unit)
+    E = compute_present_in_chain(expected, chain, g.unit, len(g.groups), g.parallel.dcp)
+    h = compute_lookup(g, E, len(toks)).hit_length
+    tails = compute_tail_boundaries(g, E, len(toks), h)
+    return chain, E, h, tails, plan_load(g, E, h, tails)
+
+
 prompts = st.one_of(st.sampled_from(UNIVERSE), st.tuples(st.sampled_from([0, 24, 40, 64, 96]), st.integers(1, 120),
                                                          st.integers(0, 1)))
 
@@ -96,10 +105,7 @@ class SpecVsImpl(RuleBasedStateMachine):
     def lookup_and_load(self, p, fail):
         toks = tokens_of(*p)
         n, u, d = len(toks), self.g.unit, self.g.parallel.dcp
-        chain = compute_hash_chain(toks, u)
-        E = compute_present_in_chain(self.expected, chain, u, len(self.g.groups), d)
-        spec_h = compute_lookup(self.g, E, n).hit_length
-        spec_tails = compute_tail_boundaries(self.g, E, n, spec_h)
+        chain, E, spec_h, spec_tails, plan = spec_expectation(self.g, self.expected, toks)
 
         def probe(objs):
             bits = [eng.store.exist([eng.key(g, t, chain) for g, t in objs]) for eng in self.engines]
@@ -108,7 +114,6 @@ class SpecVsImpl(RuleBasedStateMachine):
         lk = HybridLookup(self.g, n)
         h, tails = lk.run(probe)
         assert (h, tuple(tails)) == (spec_h, spec_tails), f"impl {h} {tails} != spec {spec_h} {spec_tails}"
-        plan = plan_load(self.g, E, spec_h, spec_tails)
         # inject per-key failures on rank 0 for some planned blocks
         failing = {self.engines[0].key(e.group, e.key_boundary, chain) for e, bad in zip(plan, fail) if bad}
         self.inject(failing, chain)

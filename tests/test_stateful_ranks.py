@@ -15,12 +15,11 @@ from kvspec.impl.engine import RankEngine
 from kvspec.spec.failure import compute_retry_cap, compute_safe_boundary
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.keys import compute_hash_chain
-from kvspec.spec.lookup import compute_lookup, compute_tail_boundaries
+from kvspec.spec.lookup import compute_lookup
 from kvspec.spec.model import ModelStore, apply_evict, apply_put, compute_present_in_chain
-from kvspec.spec.plan import plan_load
 from kvspec.spec.store import compute_store_boundaries
 
-from .test_stateful import prompts, tokens_of
+from .test_stateful import prompts, spec_expectation, tokens_of
 
 pytestmark = [pytest.mark.live, pytest.mark.stateful]
 cluster = pytest.importorskip("kvspec.impl.cluster")
@@ -72,11 +71,7 @@ class SpecVsRankProcesses(RuleBasedStateMachine):
     def lookup_and_load(self, p, fail):
         toks = tokens_of(*p)
         n, u, d = len(toks), self.g.unit, self.g.parallel.dcp
-        chain = compute_hash_chain(toks, u)
-        E = compute_present_in_chain(self.expected, chain, u, len(self.g.groups), d)
-        h = compute_lookup(self.g, E, n).hit_length
-        tails = compute_tail_boundaries(self.g, E, n, h)
-        plan = plan_load(self.g, E, h, tails)
+        chain, E, h, tails, plan = spec_expectation(self.g, self.expected, toks)
         failing = [(e, chain[e.key_boundary // u - 1]) for e, bad in zip(plan, fail) if bad]
         fail_keys = [self.keys[(hh, e.group, 0)] for e, hh in failing]
         answers = self.ranks.call_all({"op": "lookup_load", "tokens": toks, "prefix": self.prefix,
