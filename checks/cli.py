@@ -183,8 +183,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "explain":
             return _explain(args)
         if args.cmd == "verify":
+            try:
+                import z3  # noqa: F401
+            except ImportError as exc:
+                _die("verify-deps", f"kvspec verify needs z3-solver (make venv): {exc}")
             from kvspec.checks.verify import run_verify
             return run_verify(json_out=args.json, fast=args.fast)
+        try:
+            import mooncake.store  # noqa: F401
+            import torch  # noqa: F401
+        except (ImportError, OSError) as exc:
+            _die("bench-deps", f"kvspec bench needs torch and the Mooncake wheel (make venv): {exc}")
         from kvspec.checks.bench import run_bench
         return run_bench(quick=args.quick)
     except SpecError as err:
