@@ -31,6 +31,7 @@ class Theorem:
     budget_s: float = 20.0
     rests_on: str = "z3 alone"
     replay: Callable[[dict[str, int]], bool] | None = None  # on ints: does the claim fail at this model?
+    div_vars: bool = False  # quotient variables for divisions by symbolic terms (see Z3Ops)
 
 
 @attrs.frozen(kw_only=True)
@@ -94,16 +95,19 @@ def compute_grid(dcps: tuple[int, ...] = GRID_D) -> tuple[tuple[int, int, int], 
     return tuple((d, u, q) for d in dcps for u, q in GRID_UQ)
 
 
-def _scenario(inv_id: str, geom: tuple[int, int, int], legacy: bool = False, draft: bool = False
+def _scenario(inv_id: str, geom: tuple[int | None, int, int], legacy: bool = False, draft: bool = False
               ) -> Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]:
+    """Return the builder of a scenario theorem; a geometry (None, u, q) leaves D symbolic (D >= 1)."""
     inv = get_invariant(inv_id)
     d, u, q = geom
 
     def build(ops: Z3Ops) -> tuple[Any, Any, dict[str, Any]]:
         v = _ints(ops, PARAM_NAMES)
-        x = Params(u=ops.z3.IntVal(u), q=ops.z3.IntVal(q), d=ops.z3.IntVal(d), **v)
+        geo = {"u": ops.z3.IntVal(u), "q": ops.z3.IntVal(q),
+               "d": ops.z3.Int("d") if d is None else ops.z3.IntVal(d)}
+        x = Params(**geo, **v)
         return pre_params(ops, x), inv.predicate(ops, compute_closed_witness(ops, x, legacy=legacy, draft=draft)), \
-            {**v, "u": ops.z3.IntVal(u), "q": ops.z3.IntVal(q), "d": ops.z3.IntVal(d)}
+            {**v, **geo}
 
     return build
 
@@ -156,6 +160,13 @@ def compute_theorems() -> tuple[Theorem, ...]:
             out.append(Theorem(name=f"LEGACY-D1-SAFE@{tag}", statement="legacy tail key is safe without DCP "
                                "(D = 1, equal block sizes)", build=_scenario("I-20", geom, legacy=True),
                                budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True)))
+    # Every D at once (D symbolic, unbounded) for the deployment's (u, b), where Z3 manages it with quotient
+    # variables; the tail theorems (I-18, I-19, I-20, I-22) answer unknown this way and stay on the grid.
+    for inv_id in ("I-12", "I-SHARED", "I-14"):
+        inv = get_invariant(inv_id)
+        out.append(Theorem(name=f"{inv_id}/every-D@u128b1536", statement=inv.statement + " [u=128, b=1536, every D >= 1]",
+                           build=_scenario(inv_id, (None, 128, 12)), budget_s=20.0, rests_on=CLOSED,
+                           replay=_replay_scenario(inv_id), div_vars=True))
     out.append(Theorem(name="LEGACY-I-20@D8u128b1536", statement="legacy rule (tail keyed at h): every load key is "
                        "stored", build=_scenario("I-20", (8, 128, 12), legacy=True), expected="refuted",
                        budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True)))
@@ -175,7 +186,7 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
     budget = timeout_s if timeout_s is not None else th.budget_s
     reasons = []
     for k in range(2):
-        ops = Z3Ops()
+        ops = Z3Ops(div_vars=th.div_vars)
         z3 = ops.z3
         pre, claim, variables = th.build(ops)
         solver = _solvers(z3)[k]

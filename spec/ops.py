@@ -92,10 +92,13 @@ class Z3Ops:
 
     name = "z3"
 
-    def __init__(self) -> None:
+    def __init__(self, div_vars: bool = False) -> None:
         import z3  # lazy: the spec itself never needs z3
 
         self.z3 = z3
+        # div_vars: a division by a non-numeral term gets explicit quotient/remainder variables
+        # (a = k·b + r, 0 <= r < b, recorded in self.defs), which leaves Z3 only multiplications.
+        self.div_vars = div_vars
         self.side: list[Any] = []
         self.defs: list[Any] = []
         self.bounded: list[Any] = []
@@ -104,20 +107,26 @@ class Z3Ops:
     def _div_guard(self, b: Any) -> None:
         self.side.append(b >= 1)
 
+    def _quot_rem(self, a: Any, b: Any) -> tuple[Any, Any]:
+        self._div_guard(b)
+        if not self.div_vars or self.z3.is_int_value(self.z3.simplify(b)):
+            return a / b, a % b
+        self._fresh += 1
+        k, r = self.z3.Int(f"_q{self._fresh}"), self.z3.Int(f"_r{self._fresh}")
+        self.defs += [a == k * b + r, r >= 0, r < b]
+        return k, r
+
     def floordiv(self, a: Any, b: Any) -> Any:
         """Return floor(a / b) (Z3 Int division is floor division for b >= 1)."""
-        self._div_guard(b)
-        return a / b
+        return self._quot_rem(a, b)[0]
 
     def cdiv(self, a: Any, b: Any) -> Any:
         """Return ceil(a / b) for b >= 1."""
-        self._div_guard(b)
-        return (a + b - 1) / b
+        return self._quot_rem(a + b - 1, b)[0]
 
     def mod(self, a: Any, b: Any) -> Any:
         """Return a mod b for b >= 1."""
-        self._div_guard(b)
-        return a % b
+        return self._quot_rem(a, b)[1]
 
     def min(self, a: Any, b: Any) -> Any:
         """Return the smaller of a and b."""
@@ -161,8 +170,7 @@ class Z3Ops:
 
     def divides(self, d: Any, x: Any) -> Any:
         """Return whether d (>= 1) divides x."""
-        self._div_guard(d)
-        return x % d == 0
+        return self._quot_rem(x, d)[1] == 0
 
     def let(self, name: str, value: Any) -> Any:
         """Return a fresh variable defined equal to value (the definition goes to ``self.defs``)."""
