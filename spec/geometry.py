@@ -7,6 +7,7 @@ are computed by functions, never stored.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
@@ -78,7 +79,7 @@ class RankFields:
     pp_rank: int
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Geometry:
     """The whole cache geometry: prefix-match unit u, groups (ids 0..), layout, Mamba retention."""
 
@@ -122,17 +123,20 @@ def make_geometry(unit: int, groups: list[tuple[str, int, bool]] | tuple[Group, 
                     retention=retention)
 
 
+@functools.lru_cache(maxsize=4096)
 def compute_span(geometry: Geometry, group: GroupId) -> Tokens:
     """Return the span s_g: b*D for attention groups, b for Mamba groups."""
     g = geometry.groups[group]
     return Tokens(g.block_size * geometry.parallel.dcp if g.kind == "attention" else g.block_size)
 
 
+@functools.lru_cache(maxsize=4096)
 def compute_lcm_span(geometry: Geometry) -> Tokens:
     """Return L, the lcm of all group spans."""
     return Tokens(math.lcm(*(compute_span(geometry, GroupId(i)) for i in range(len(geometry.groups)))))
 
 
+@functools.lru_cache(maxsize=4096)
 def is_fine(geometry: Geometry) -> bool:
     """Return whether fine-grained hits are on: some Mamba group has (D=1, b>u) or (D>1, b>=u)."""
     d, u = geometry.parallel.dcp, geometry.unit
@@ -140,11 +144,13 @@ def is_fine(geometry: Geometry) -> bool:
                for g in geometry.groups)
 
 
+@functools.lru_cache(maxsize=4096)
 def compute_alignment(geometry: Geometry) -> Tokens:
     """Return the hit alignment a: u when fine hits are on, else L."""
     return Tokens(geometry.unit if is_fine(geometry) else compute_lcm_span(geometry))
 
 
+@functools.lru_cache(maxsize=4096)
 def has_eagle(geometry: Geometry) -> bool:
     """Return whether any group carries the EAGLE flag (e = 1 in the store rule)."""
     return any(g.eagle for g in geometry.groups)

@@ -7,6 +7,7 @@ value (write-once), so the set of stored objects is the union over requests.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from .geometry import (Geometry, compute_group_ids, compute_lcm_span, compute_ranks, compute_span,
@@ -69,6 +70,7 @@ def compute_mamba_boundaries(geometry: Geometry, group: GroupId, prompt: Tokens)
     return tuple(sorted(out))
 
 
+@functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
 def compute_store_boundaries(geometry: Geometry, prompt: Tokens) -> frozenset[Obj]:
     """Return every (group, boundary) object one request of P prompt tokens stores."""
     out: set[Obj] = set()
