@@ -71,16 +71,9 @@ def bench_transfer(repeats: int = 5, width: int = 256, prompt: int = 131_072) ->
                 eng.prefill(toks, kv)
                 for t in kv.tensors:  # registered once per slab (unregistered below, before the memory goes)
                     store.register(t.data_ptr(), t.nbytes)
-                objs = [tuple(o) for o in eng.plan_objects(prompt)]
-                ptrs, sizes = [], []
-                for i, t in objs:
-                    if g.groups[i].kind == "attention":
-                        blk = kv.block(i, -(-t // eng.spans[i]) - 1)
-                    else:
-                        b = g.groups[i].block_size
-                        blk = kv.block(i, t // b - 1 if t % b == 0 else kv.cow_block(i))
-                    ptrs.append(blk.data_ptr())
-                    sizes.append(blk.nbytes)
+                objs = eng.plan_objects(prompt)
+                bufs = [eng.object_buffer(kv, i, t) for i, t in objs]  # the same bytes the store path puts
+                ptrs, sizes = [b.data_ptr() for b in bufs], [b.nbytes for b in bufs]
                 raw_keys = [f"raw-{k}-{j}" for j in range(len(objs))]
 
                 def ours_store() -> None:

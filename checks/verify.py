@@ -19,7 +19,7 @@ STRIDE = 12  # exhaustive work split into this many chunks
 
 
 def _z3_task(idx: int, fast: bool) -> ROW:
-    from .prove import compute_theorems, format_explain_command, prove
+    from .prove import format_explain_command, prove
     th = _theorems(fast)[idx]
     v = prove(th)
     row: ROW = {"id": th.name, "statement": th.statement, "method": "z3", "expected": th.expected,
@@ -31,7 +31,6 @@ def _z3_task(idx: int, fast: bool) -> ROW:
             row["command"] = format_explain_command(v.model)
     if v.reason:
         row["reason"] = v.reason
-    del compute_theorems
     return row
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from kvspec.spec.geometry import Geometry, compute_lcm_span, compute_rank_fields, compute_span, is_fine
+from kvspec.spec.geometry import (Geometry, compute_alignment, compute_lcm_span, compute_rank_fields, compute_span,
+                                  is_fine)
 from kvspec.spec.keys import StoreKey, render_key
 
 from .lookup import HybridLookup
@@ -94,10 +95,15 @@ class RankEngine:
         o = o[mine]
         return pos, pos // s, (o // (d * il)) * il + o % il
 
+    def tail_boundary(self, n_prompt: int) -> int:
+        """Return the sub-block tail T of a prompt: its last unit boundary, one unit lower under EAGLE."""
+        u = self.g.unit
+        return n_prompt // u * u - (u if any(x.eagle for x in self.g.groups) else 0)
+
     def prefill(self, tokens: Sequence[int], kv: RequestKV) -> None:
         """Compute the KV of every position this rank owns, the Mamba state at every block end and at the tail T."""
-        n, u = len(tokens), self.g.unit
-        tail = n // u * u - (u if any(x.eagle for x in self.g.groups) else 0)
+        n = len(tokens)
+        tail = self.tail_boundary(n)
         for i, gr in enumerate(self.g.groups):
             if gr.kind == "attention":
                 values = self.model.attention_kv(tokens, i, draft=gr.eagle)
@@ -116,9 +122,9 @@ class RankEngine:
     # ---------------------------------------------------------------- store
     def plan_objects(self, n_prompt: int) -> list[Obj]:
         """Return the objects this request stores (this implementation's reading of the store rule)."""
-        g, u = self.g, self.g.unit
+        g = self.g
         full = n_prompt // compute_lcm_span(g) * compute_lcm_span(g)
-        tail = n_prompt // u * u - (u if any(x.eagle for x in g.groups) else 0)
+        tail = self.tail_boundary(n_prompt)
         mamba_bs = [x.block_size for x in g.groups if x.kind == "mamba"]
         tail_on = is_fine(g) and tail > 0 and any(tail % b for b in mamba_bs)
         objs: set[Obj] = set()
@@ -138,17 +144,21 @@ class RankEngine:
                     objs.add((i, tail))
         return sorted(objs)
 
+    def object_buffer(self, kv: RequestKV, group: int, boundary: int) -> torch.Tensor:
+        """Return the physical block an object is put from: the attention block holding t - 1, or the Mamba
+        checkpoint block (t a multiple of b) or copy-on-write block (the sub-block tail)."""
+        if self.g.groups[group].kind == "attention":
+            return kv.block(group, (boundary + self.spans[group] - 1) // self.spans[group] - 1)
+        b = self.g.groups[group].block_size
+        return kv.block(group, boundary // b - 1 if boundary % b == 0 else kv.cow_block(group))
+
     def store_request(self, tokens: Sequence[int], chain: Sequence[bytes], kv: RequestKV) -> dict[str, Any]:
         """Put this rank's shard of every object of the request, zero-copy, skipping keys that exist."""
         assert self.store is not None
         objs = self.plan_objects(len(tokens))
         keys, ptrs, sizes = [], [], []
         for i, t in objs:
-            if self.g.groups[i].kind == "attention":
-                blk = kv.block(i, (t + self.spans[i] - 1) // self.spans[i] - 1)
-            else:
-                b = self.g.groups[i].block_size
-                blk = kv.block(i, t // b - 1 if t % b == 0 else kv.cow_block(i))
+            blk = self.object_buffer(kv, i, t)
             keys.append(self.key(i, t, chain))
             ptrs.append(blk.data_ptr())
             sizes.append(blk.numel() * blk.element_size())
@@ -226,7 +236,7 @@ class RankEngine:
         """
         if hit <= 0:
             return 0
-        a = self.g.unit if is_fine(self.g) else compute_lcm_span(self.g)
+        a = compute_alignment(self.g)
         reach = hit
         for i, gr in enumerate(self.g.groups):
             if gr.kind != "attention":

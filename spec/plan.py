@@ -43,11 +43,6 @@ def plan_load(geometry: Geometry, present: frozenset[Obj], hit: Tokens,
     return tuple(out)
 
 
-def compute_computed_tokens(hit: Tokens) -> Tokens:
-    """Return how many leading tokens count as computed after the load: exactly h."""
-    return hit
-
-
 def plan_load_keys(geometry: Geometry, plan: Sequence[LoadEntry], chain: Sequence[bytes], model: str,
                    cache_prefix: str = "") -> tuple[tuple[int, StoreKey], ...]:
     """Return (rank, key) for every rank's shard of every planned block, in plan then rank order."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
+from .conftest import require
 
-pytest.importorskip("z3")
+require("z3")
 
 from kvspec.checks.closed_form import Params, compute_closed_witness, pre_params  # noqa: E402
 from kvspec.checks.exhaustive import iterate_all  # noqa: E402

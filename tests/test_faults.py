@@ -10,10 +10,11 @@ import pytest
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.scenario import Scenario, StoredRequest
 
+from .conftest import require
 from .test_live import run
 
 pytestmark = [pytest.mark.live, pytest.mark.faults]
-cluster = pytest.importorskip("kvspec.impl.cluster")
+cluster = require("kvspec.impl.cluster")
 
 
 def geometry(dcp: int, retention: str) -> Geometry:

@@ -10,10 +10,11 @@ from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest
 
+from .conftest import require
 from .live import build_job, compare
 
 pytestmark = pytest.mark.live
-cluster = pytest.importorskip("kvspec.impl.cluster")
+cluster = require("kvspec.impl.cluster")
 
 
 def run(master, scenarios, tmp_path, tag, evict_after_lookup=None):

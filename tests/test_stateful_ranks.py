@@ -21,8 +21,10 @@ from kvspec.spec.store import compute_store_boundaries
 
 from .test_stateful import prompts, spec_expectation, tokens_of
 
+from .conftest import require
+
 pytestmark = [pytest.mark.live, pytest.mark.stateful]
-cluster = pytest.importorskip("kvspec.impl.cluster")
+cluster = require("kvspec.impl.cluster")
 GEOMETRY = Geometry(unit=4, groups=(Group(kind="attention", block_size=8, eagle=True), Group(kind="mamba", block_size=8)),
                     parallel=Parallel(dcp=2), retention="dense")
 TOTALS: Counter = Counter()
