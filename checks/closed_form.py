@@ -5,15 +5,28 @@ for the geometry the PR is about (one attention group of span s = b·D and one M
 span b, optionally an equal-spec draft group), the length it converges to in closed form,
 using the store rule's sets.  The Z3 theorems are proved on this closed form; the link
 "closed form == executable spec" is checked exhaustively on small scopes and by Hypothesis
-at large scale (``checks/link.py``).  Derivation notes:
+at large scale (``checks/link.py``).
 
-* With b_a = b_m = b: L = s = b·D; fine iff D > 1 or b > u; in coarse mode (D = 1, b = u)
-  a = L = u, so a = u always.
-* Attention stores {k·s <= F} (F = ⌊P/s⌋·s) plus, when the tail is stored, exactly {T}
-  (T is not a multiple of b, so not of s, and lies in block ⌈T/s⌉ - 1 <= F/s).
-* Mamba stores {j·b <= R} (dense) or {R} (replay, R > 0), plus T when the tail is stored.
+The closed form counts in **units**: every boundary the store rule or the lookup produces is a
+multiple of u, so it is computed as a unit count (m = q·D units per attention block, q per Mamba
+block) and scaled by u only in the witness.  The prompts enter through ⌊P/u⌋, ⌊(P−1)/u⌋,
+⌊N/u⌋, ⌊(N−1)/u⌋ and ⌊S/u⌋.  This keeps u out of every division but the first ones, which is
+what lets the solver prove the theorems with D, q and u all symbolic.  Derivation notes:
+
+* With b_a = b_m = b: L = s = b·D; fine iff D > 1 or b > u (m > 1); in coarse mode (D = 1,
+  b = u) a = L = u, so a = u always: a bound ⌊N/a⌋·a is ⌊N/u⌋ units.
+* Attention stores {k·m <= F} (F = ⌊P_u/m⌋·m) plus, when the tail is stored, exactly {T}
+  (T = P_u − e is not a multiple of q, so not of m, and lies in block ⌈T/m⌉ − 1 <= F/m).
+* Mamba stores {j·q <= R} (dense) or {R} (replay, R > 0), R = ⌊⌊(P−1)/u⌋/q⌋·q, plus T when
+  the tail is stored.
 * Simple hybrid: attention runs once at the bound (its peek margin is clamped to the bound),
-  Mamba once at the attention result; the fixed point stops after one pass.
+  Mamba once at the attention result; the fixed point stops after one pass.  A hit h with
+  u·h >= N is re-derived once at the bound ⌊(N−1)/u⌋ (``sel`` is the bound finally used).
+
+The proofs are cut in three (``checks/prove.py``): a lemma proves that the hit has the shape
+:func:`is_hit_shaped`; a second proves the unit-level tail facts :func:`has_tail_facts` for *every*
+hit of that shape (the hit's definition left out); each theorem is then proved from the two
+lemmas with the hit and the tails left opaque.  All three with u, q, D and the prompts symbolic.
 """
 
 from __future__ import annotations
@@ -47,80 +60,147 @@ def pre_params(ops: Any, x: Params) -> Any:
 
 @attrs.frozen(kw_only=True)
 class ClosedForm:
-    """Every closed-form quantity (terms over the ops of construction)."""
+    """Every closed-form quantity, in units (terms over the ops of construction)."""
 
-    b: Any
-    s: Any
-    a: Any
+    m: Any  # attention span in units (q·D)
     fine: Any
+    p_units: Any  # ⌊P/u⌋
+    n_units: Any  # ⌊N/u⌋ (the bound and the top of the tail scan)
+    n_below: Any  # ⌊(N−1)/u⌋ (u·h < N iff h <= n_below)
+    s_units: Any  # ⌊S/u⌋
     full: Any  # F
     tail: Any  # T
-    tail_on: Any
+    tail_vis: Any  # T is stored and visible (within S)
     replay: Any  # R
-    bound: Any
-    hit: Any
-    tail_attention: Any
-    tail_mamba: Any
+    sel: Any  # the bound the hit was derived at
+    nb: Any  # attention full blocks usable at sel
+    inside: Any  # the attention tail T ends the attention hit at sel
+    reach: Any  # r: the attention hit at sel before the EAGLE drop
+    h_att: Any  # the attention hit at sel after the EAGLE drop
+    hit: Any  # h
+    mamba_calls: tuple[tuple[Any, Any], ...]  # (attention hit y, Mamba hit) at ⌊N/u⌋ and at ⌊(N−1)/u⌋
+    tail_attention: Any  # B_att (MISSING when none)
+    tail_mamba: Any  # B_mamba (MISSING when none)
 
 
 def compute_closed_form(ops: Any, x: Params) -> tuple[ClosedForm, Any, Any]:
-    """Return the closed form and the membership functions (attention, Mamba) of E."""
-    u, d, S = x.u, x.d, x.s_shared
-    b = x.q * u
-    s = b * d
-    fine = ops.Or(d > 1, x.q > 1)
-    a = ops.If(fine, u, s)
-    full = ops.let("F", ops.floordiv(x.p, s) * s)
-    tail = ops.let("T", ops.floordiv(x.p, u) * u - x.e * u)
-    tail_on = ops.let("tail_on", ops.And(fine, tail > 0, ops.mod(tail, b) != 0))
-    replay = ops.let("R", ops.floordiv(ops.max(x.p - 1, 0), b) * b)
-    tail_vis = ops.let("tail_vis", ops.And(tail_on, tail <= S))
+    """Return the closed form and the membership functions of E, in units."""
+    q, e = x.q, x.e
+    m = ops.let("m", q * x.d)
+    fine = m > 1
+    pu = ops.let("Pu", ops.floordiv(x.p, x.u))
+    p1 = ops.let("P1u", ops.floordiv(ops.max(x.p - 1, 0), x.u))
+    nu = ops.let("Nu", ops.floordiv(x.n, x.u))
+    n1 = ops.let("N1u", ops.floordiv(x.n - 1, x.u))
+    su = ops.let("Su", ops.floordiv(x.s_shared, x.u))
+    full = ops.let("F", ops.floordiv(pu, m) * m)
+    tail = ops.let("T", pu - e)
+    tail_vis = ops.let("tail_vis", ops.And(fine, tail > 0, ops.mod(tail, q) != 0, tail <= su))
+    replay = ops.let("R", ops.floordiv(p1, q) * q)
 
     def att_has(t: Any) -> Any:
-        return ops.Or(ops.And(t >= 1, ops.divides(s, t), t <= full, t <= S), ops.And(tail_vis, t == tail))
+        return ops.Or(ops.And(t >= 1, ops.divides(m, t), t <= full, t <= su), ops.And(tail_vis, t == tail))
 
     def mam_has(t: Any) -> Any:
-        ckpt = ops.And(t >= 1, ops.divides(b, t), t <= replay, t <= S, ops.Or(x.dense == 1, t == replay))
+        ckpt = ops.And(t >= 1, ops.divides(q, t), t <= replay, t <= su, ops.Or(x.dense == 1, t == replay))
         return ops.Or(ckpt, ops.And(tail_vis, t == tail))
 
-    def hit_for(bound: Any) -> Any:
-        nb = ops.let("nb", ops.floordiv(ops.min(ops.min(full, S), bound), s))
-        inside = ops.And(fine, tail_vis, nb * s < tail, tail <= (nb + 1) * s - u, tail <= ops.floordiv(bound, u) * u)
-        r = ops.If(inside, tail, nb * s)
-        dropped = ops.If(ops.And(x.e == 1, r > 0), r - ops.min(a, s), r)
-        h_att = ops.let("h_att", ops.floordiv(ops.max(dropped, 0), a) * a)
-        ckpt = ops.If(x.dense == 1, ops.floordiv(ops.max(ops.min(ops.min(replay, S), h_att), 0), b) * b,
-                      ops.If(ops.And(replay > 0, replay <= S, replay <= h_att), replay, 0))
+    def attention_at(bound: Any) -> tuple[Any, Any, Any, Any]:
+        nb = ops.floordiv(ops.min(ops.min(full, su), bound), m)
+        inside = ops.And(tail_vis, nb * m < tail, tail <= (nb + 1) * m - 1, tail <= bound)
+        r = ops.If(inside, tail, nb * m)
+        return nb, inside, r, ops.let("y", ops.max(ops.If(ops.And(e == 1, r > 0), r - 1, r), 0))
+
+    def mamba_at(h_att: Any) -> Any:
+        ckpt = ops.If(x.dense == 1, ops.floordiv(ops.max(ops.min(ops.min(replay, su), h_att), 0), q) * q,
+                      ops.If(ops.And(replay > 0, replay <= su, replay <= h_att), replay, 0))
         tail_m = ops.If(ops.And(tail_vis, tail <= h_att), tail, 0)
         return ops.let("h_m", ops.max(ckpt, tail_m))
 
-    bound = ops.let("TL", ops.floordiv(x.n, a) * a)
-    bound2 = ops.let("TL2", ops.floordiv(x.n - 1, a) * a)
-    h1 = ops.If(bound <= 0, 0, hit_for(bound))
-    hit = ops.let("h", ops.If(h1 >= x.n, ops.If(bound2 <= 0, 0, hit_for(bound2)), h1))
-    top = ops.let("top", ops.floordiv(x.n, u) * u)
+    at_top, at_below = attention_at(nu), attention_at(n1)
+    calls = ((at_top[3], mamba_at(at_top[3])), (at_below[3], mamba_at(at_below[3])))
+    h1 = ops.let("h1", ops.If(nu <= 0, 0, calls[0][1]))
+    again = h1 > n1  # u·h1 >= N: derive again at ⌊(N−1)/u⌋
+    sel = ops.let("sel", ops.If(again, n1, nu))
+    nb, inside, r, h_att = (ops.let(name, ops.If(again, lo, hi)) for name, lo, hi in
+                            zip(("nb", "inside", "r", "h_att"), at_below, at_top))
+    hit = ops.let("h", ops.If(again, ops.If(n1 <= 0, 0, calls[1][1]), h1))
 
     def tail_of(has: Any, span: Any) -> Any:
-        c = ops.let("c", ops.cdiv(hit, span) - 1)
-        end = ops.let("end", (c + 1) * span)
-        t_in = ops.And(tail_vis, hit < tail, tail <= end, tail <= top)
-        full_in = ops.And(has(end), hit < end, end <= top)
-        return ops.let("B", ops.If(hit <= 0, MISSING, ops.If(has(hit), hit, ops.If(t_in, tail, ops.If(full_in, end, MISSING)))))
+        c = ops.cdiv(hit, span) - 1
+        end = (c + 1) * span
+        t_in = ops.And(tail_vis, hit < tail, tail <= end, tail <= nu)
+        full_in = ops.And(has(end), hit < end, end <= nu)
+        return ops.let("B", ops.If(hit <= 0, MISSING, ops.If(has(hit), hit, ops.If(t_in, tail,
+                                                                                   ops.If(full_in, end, MISSING)))))
 
-    cf = ClosedForm(b=b, s=s, a=a, fine=fine, full=full, tail=tail, tail_on=tail_on, replay=replay, bound=bound,
-                    hit=hit, tail_attention=tail_of(att_has, s), tail_mamba=tail_of(mam_has, b))
+    cf = ClosedForm(m=m, fine=fine, p_units=pu, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail,
+                    tail_vis=tail_vis, replay=replay, sel=sel, nb=nb, inside=inside, reach=r, h_att=h_att, hit=hit,
+                    mamba_calls=calls,
+                    tail_attention=tail_of(att_has, m), tail_mamba=tail_of(mam_has, q))
     return cf, att_has, mam_has
 
 
-def compute_closed_witness(ops: Any, x: Params, legacy: bool = False, draft: bool = False) -> Witness:
-    """Return the witness of the closed form (tail load keys at h under the legacy rule)."""
-    cf, att_has, mam_has = compute_closed_form(ops, x)
-    c_att = ops.If(cf.hit > 0, ops.cdiv(cf.hit, cf.s) - 1, -1)
-    c_mam = ops.If(cf.hit > 0, ops.cdiv(cf.hit, cf.b) - 1, -1)
-    att = GroupView(attention=True, span=cf.s, tail_block=c_att, tail=cf.tail_attention,
-                    tail_key=cf.hit if legacy else cf.tail_attention, has=att_has)
-    mam = GroupView(attention=False, span=cf.b, tail_block=c_mam, tail=cf.tail_mamba,
-                    tail_key=cf.hit if legacy else cf.tail_mamba, has=mam_has)
+def has_mamba_facts(ops: Any, cf: ClosedForm, mam_has: Any) -> Any:
+    """Return whether each Mamba hit hm (from an attention hit y) is 0 or a stored state within y and ⌊S/u⌋."""
+    return ops.And(*(ops.And(hm >= 0, ops.Implies(hm > 0, ops.And(hm <= y, hm <= cf.s_units, mam_has(hm))))
+                     for y, hm in cf.mamba_calls))
+
+
+def is_hit_shaped(ops: Any, cf: ClosedForm, mam_has: Any) -> Any:
+    """Return whether the hit has the shape the tail lemma needs (the cut between hit and tails).
+
+    sel is ⌊N/u⌋ or ⌊(N−1)/u⌋; nb·m is an attention prefix within F, ⌊S/u⌋ and sel; when the
+    tail ends the attention hit, T is visible and in block nb, within sel; the reach r is T or nb·m;
+    h = 0, or 0 < h <= r, h <= ⌊(N−1)/u⌋, h <= ⌊S/u⌋ and every Mamba group has its state stored at h.
+    """
+    h, nb, m = cf.hit, cf.nb, cf.m
+    return ops.And(ops.Or(cf.sel == cf.n_units, cf.sel == cf.n_below), h >= 0, nb >= 0, nb * m <= cf.full,
+                   nb * m <= cf.s_units, nb * m <= cf.sel,
+                   ops.Implies(cf.inside, ops.And(cf.tail_vis, nb * m < cf.tail, cf.tail <= nb * m + m - 1,
+                                                  cf.tail <= cf.sel)),
+                   cf.reach == ops.If(cf.inside, cf.tail, nb * m),
+                   ops.Implies(h > 0, ops.And(cf.sel >= 1, h <= cf.reach, h <= cf.n_below, h <= cf.s_units,
+                                              mam_has(h))))
+
+
+def has_tail_facts(ops: Any, x: Params, cf: ClosedForm, att_has: Any, mam_has: Any) -> Any:
+    """Return the unit-level tail facts every scenario theorem needs (quantifier-free).
+
+    For h > 0: B_att is a stored attention boundary in h's block c (c·m < B_att <= (c+1)·m),
+    h <= B_att <= ⌊N/u⌋, and the full blocks before c are within F and ⌊S/u⌋; B_mamba = h.  Block
+    indices are stated as the divisions the theorems use, so both steps name the same quotients.
+    """
+    h, m, b = cf.hit, cf.m, cf.tail_attention
+    c = ops.cdiv(h, m) - 1
+    return ops.Implies(h > 0, ops.And(b >= 1, h <= b, b <= (c + 1) * m, c * m < b, ops.cdiv(b, m) - 1 == c,
+                                      att_has(b), b <= cf.n_units, c * m <= cf.full, c * m <= cf.s_units,
+                                      cf.tail_mamba == h, ops.cdiv(cf.tail_mamba, x.q) == ops.cdiv(h, x.q)))
+
+
+def compute_scaled(ops: Any, u: Any, t: Any) -> Any:
+    """Return the boundary of a unit count t (MISSING stays MISSING)."""
+    return ops.If(t < 0, MISSING, u * t)
+
+
+def compute_closed_witness(ops: Any, x: Params, legacy: bool = False, draft: bool = False,
+                           closed: tuple[ClosedForm, Any, Any] | None = None) -> Witness:
+    """Return the witness of the closed form (`closed`, or computed) in tokens (tail keys at h under the legacy rule)."""
+    cf, att_has, mam_has = closed if closed is not None else compute_closed_form(ops, x)
+    u = x.u
+    hit = u * cf.hit
+
+    def in_tokens(has_units: Any) -> Any:
+        return lambda t: ops.And(ops.divides(u, t), has_units(ops.floordiv(t, u)))
+
+    def view(attention: bool, span: Any, tail: Any, has: Any) -> GroupView:
+        c = ops.cdiv(cf.hit, span) - 1  # -1 at h = 0
+        b_tok = compute_scaled(ops, u, tail)
+        return GroupView(attention=attention, span=u * span, tail_block=c, tail=b_tok,
+                         tail_key=hit if legacy else b_tok, has=in_tokens(has))
+
+    att = view(True, cf.m, cf.tail_attention, att_has)
+    mam = view(False, x.q, cf.tail_mamba, mam_has)
     groups = (att, att, mam) if draft else (att, mam)
-    return Witness(unit=x.u, alignment=cf.a, prompt=x.n, shared=x.s_shared, bound=cf.bound, hit=cf.hit,
+    return Witness(unit=u, alignment=u, prompt=x.n, shared=x.s_shared, bound=u * cf.n_units, hit=hit,
                    groups=groups)

@@ -9,7 +9,7 @@ from kvspec.spec.invariants import MISSING
 from kvspec.spec.ops import IntOps
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
-from .closed_form import Params, compute_closed_form
+from .closed_form import Params, compute_closed_form, compute_scaled
 
 
 def build_scenario(x: Params, draft: bool = False) -> Scenario:
@@ -33,7 +33,10 @@ def compare(x: Params, draft: bool = False) -> str | None:
         return f"spec error {out.error}"
     tails = dict(out.tails)
     got = (out.hit_length, tails.get(0, MISSING), tails.get(len(sc.geometry.groups) - 1, MISSING))
-    want = (cf.hit, cf.tail_attention if cf.hit > 0 else MISSING, cf.tail_mamba if cf.hit > 0 else MISSING)
+    def tokens(t: int) -> int:
+        return compute_scaled(IntOps, x.u, t) if cf.hit > 0 else MISSING
+
+    want = (x.u * cf.hit, tokens(cf.tail_attention), tokens(cf.tail_mamba))
     if draft and tails.get(1, MISSING) != tails.get(0, MISSING):
         return f"draft tail {tails.get(1)} != attention tail {tails.get(0)} for {x}"
     return None if got == want else f"spec (h, B_att, B_mamba) = {got} but closed form = {want} for {x}"

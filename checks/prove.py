@@ -17,7 +17,8 @@ import attrs
 from kvspec.spec.invariants import REGISTRY, get_invariant
 from kvspec.spec.ops import IntOps, Z3Ops
 
-from .closed_form import Params, compute_closed_witness, pre_params
+from .closed_form import (Params, compute_closed_form, compute_closed_witness, has_mamba_facts, has_tail_facts,
+                          is_hit_shaped, pre_params)
 
 
 @attrs.frozen(kw_only=True)
@@ -32,6 +33,8 @@ class Theorem:
     rests_on: str = "z3 alone"
     replay: Callable[[dict[str, int]], bool] | None = None  # on ints: does the claim fail at this model?
     div_vars: bool = False  # quotient variables for divisions by symbolic terms (see Z3Ops)
+    split: bool = False  # prove each conjunct of the claim as its own query (all must be proved)
+    product_lemmas: bool = False  # add ground order facts of the claim's products (Z3Ops.compute_product_lemmas)
 
 
 @attrs.frozen(kw_only=True)
@@ -83,43 +86,71 @@ def _arith(inv_id: str) -> Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]:
 
 
 PARAM_NAMES = ("e", "dense", "p", "n", "s_shared")
-# Geometry grid of the scenario theorems: prompt lengths P, N, S and e, retention are symbolic and
-# unbounded; (D, u, b = q·u) range over this grid.  Fully symbolic geometry makes the closed form
-# nonlinear (products and divisions of variables) and Z3 answers unknown, which we never count.
-GRID_D = (1, 2, 4, 8)
-GRID_UQ = ((1, 1), (1, 2), (2, 3), (128, 12))
 
 
-def compute_grid(dcps: tuple[int, ...] = GRID_D) -> tuple[tuple[int, int, int], ...]:
-    """Return the (D, u, q) geometries the scenario theorems are proved on."""
-    return tuple((d, u, q) for d in dcps for u, q in GRID_UQ)
+def _params(ops: Z3Ops, geom: tuple[int | None, int | None, int | None]) -> tuple[Params, dict[str, Any]]:
+    """Return symbolic parameters; a geometry (D, u, q) fixes the entries that are not None."""
+    z3 = ops.z3
+    v = {n: z3.Int(n) for n in PARAM_NAMES}
+    v.update({k: z3.Int(k) if val is None else z3.IntVal(val) for k, val in zip(("d", "u", "q"), geom)})
+    return Params(**v), v
 
 
-def _scenario(inv_id: str, geom: tuple[int | None, int, int], legacy: bool = False, draft: bool = False
-              ) -> Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]:
-    """Return the builder of a scenario theorem; a geometry (None, u, q) leaves D symbolic (D >= 1)."""
+def _scenario(inv_id: str, geom: tuple[int | None, int | None, int | None], legacy: bool = False,
+              draft: bool = False) -> Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]:
+    """Return the builder of a scenario theorem posed on the whole closed form (no cut)."""
     inv = get_invariant(inv_id)
-    d, u, q = geom
 
     def build(ops: Z3Ops) -> tuple[Any, Any, dict[str, Any]]:
-        v = _ints(ops, PARAM_NAMES)
-        geo = {"u": ops.z3.IntVal(u), "q": ops.z3.IntVal(q),
-               "d": ops.z3.Int("d") if d is None else ops.z3.IntVal(d)}
-        x = Params(**geo, **v)
-        return pre_params(ops, x), inv.predicate(ops, compute_closed_witness(ops, x, legacy=legacy, draft=draft)), \
-            {**v, **geo}
+        x, v = _params(ops, geom)
+        return pre_params(ops, x), inv.predicate(ops, compute_closed_witness(ops, x, legacy=legacy, draft=draft)), v
+
+    return build
+
+
+# The steps of every symbolic scenario proof (see checks/closed_form.py): a step assumes the claims
+# of the steps before it (each proved as its own theorem) and leaves the definitions of the names
+# those claims describe out of its queries (Z3Ops.opaque), so each query sees one layer only.
+STEPS = ("LEMMA-MAMBA", "LEMMA-HIT-SHAPE", "LEMMA-TAILS")
+
+
+def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, None, None), legacy: bool = False,
+           draft: bool = False) -> Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]:
+    """Return the builder of one step of a symbolic scenario proof (a lemma of STEPS, or an invariant id)."""
+
+    def build(ops: Z3Ops) -> tuple[Any, Any, dict[str, Any]]:
+        x, v = _params(ops, geom)
+        closed = compute_closed_form(ops, x)
+        cf, att_has, mam_has = closed
+        claims = (has_mamba_facts(ops, cf, mam_has), is_hit_shaped(ops, cf, mam_has),
+                  has_tail_facts(ops, x, cf, att_has, mam_has))
+        ys, hms = frozenset(str(y) for y, _ in cf.mamba_calls), frozenset(str(hm) for _, hm in cf.mamba_calls)
+        hit = ys | hms | {str(t) for t in (cf.sel, cf.nb, cf.inside, cf.reach, cf.h_att, cf.hit)}
+        # step k hides: any attention hit y (the Mamba lemma holds for every y); the Mamba hits; the whole hit;
+        # the hit and the tails
+        opaque = (ys, hms, hit, hit | {str(cf.tail_attention), str(cf.tail_mamba)})
+        k = STEPS.index(step) if step in STEPS else len(STEPS)
+        ops.opaque = opaque[k]
+        if k < len(STEPS):
+            return ops.And(pre_params(ops, x), *claims[:k]), claims[k], v
+        w = compute_closed_witness(ops, x, legacy=legacy, draft=draft, closed=closed)
+        return ops.And(pre_params(ops, x), *claims), get_invariant(step).predicate(ops, w), v
 
     return build
 
 
 def _replay_scenario(inv_id: str, legacy: bool = False, draft: bool = False,
                      extra: Callable[[dict[str, int]], bool] | None = None) -> Callable[[dict[str, int]], bool]:
-    inv = get_invariant(inv_id)
+    inv = None if inv_id in STEPS else get_invariant(inv_id)
 
     def replay(model: dict[str, int]) -> bool:
         x = Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
         if not pre_params(IntOps, x) or (extra is not None and not extra(model)):
             return False
+        if inv is None:  # a lemma step
+            cf, att_has, mam_has = compute_closed_form(IntOps, x)
+            return not (has_mamba_facts(IntOps, cf, mam_has) and is_hit_shaped(IntOps, cf, mam_has)
+                        and has_tail_facts(IntOps, x, cf, att_has, mam_has))
         return not inv.predicate(IntOps, compute_closed_witness(IntOps, x, legacy=legacy, draft=draft))
 
     return replay
@@ -140,33 +171,32 @@ def _replay_arith(inv_id: str) -> Callable[[dict[str, int]], bool]:
 
 CLOSED = "closed form (checks/closed_form.py); link closed form == spec fixed point (exhaustive + hypothesis)"
 CLOSED_DRAFT = CLOSED + "; link with an equal-spec draft group"
-SCOPE = "D∈{1,2,4,8} × (u,b)∈{(1,1),(1,2),(2,6),(128,1536)}; P, N, S, EAGLE, retention unbounded"
+CHAIN = "; ".join((*STEPS, CLOSED))
+SCOPE = "every u >= 1, b = q·u (q >= 1), D >= 1, P, N, S, EAGLE on/off, both retentions (symbolic)"
+SYMBOLIC = dict(div_vars=True, split=True, product_lemmas=True)
 
 
 def compute_theorems() -> tuple[Theorem, ...]:
-    """Return every theorem `make verify` proves or refutes (scenario ones once per grid geometry)."""
+    """Return every theorem `make verify` proves or refutes."""
     out = [Theorem(name=f"{inv.id}", statement=inv.statement + " [all integers]", build=_arith(inv.id),
                    budget_s=30.0, replay=_replay_arith(inv.id)) for inv in REGISTRY if inv.kind == "arith"]
-    for geom in compute_grid():
-        tag = "D{}u{}b{}".format(geom[0], geom[1], geom[1] * geom[2])
-        for inv in REGISTRY:
-            if inv.kind == "scenario":
-                out.append(Theorem(name=f"{inv.id}@{tag}", statement=inv.statement, build=_scenario(inv.id, geom),
-                                   budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario(inv.id)))
-        out.append(Theorem(name=f"I-20/draft@{tag}", statement="every load key is stored, equal-spec draft group",
-                           build=_scenario("I-20", geom, draft=True), budget_s=20.0, rests_on=CLOSED_DRAFT,
-                           replay=_replay_scenario("I-20", draft=True)))
-        if geom[0] == 1:
-            out.append(Theorem(name=f"LEGACY-D1-SAFE@{tag}", statement="legacy tail key is safe without DCP "
-                               "(D = 1, equal block sizes)", build=_scenario("I-20", geom, legacy=True),
-                               budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True)))
-    # Every D at once (D symbolic, unbounded) for the deployment's (u, b), where Z3 manages it with quotient
-    # variables; the tail theorems (I-18, I-19, I-20, I-22) answer unknown this way and stay on the grid.
-    for inv_id in ("I-12", "I-SHARED", "I-14"):
-        inv = get_invariant(inv_id)
-        out.append(Theorem(name=f"{inv_id}/every-D@u128b1536", statement=inv.statement + " [u=128, b=1536, every D >= 1]",
-                           build=_scenario(inv_id, (None, 128, 12)), budget_s=20.0, rests_on=CLOSED,
-                           replay=_replay_scenario(inv_id), div_vars=True))
+    lemmas = {STEPS[0]: "each Mamba hit is 0 or a stored state within the attention hit and S "
+                        "(closed_form.has_mamba_facts)",
+              STEPS[1]: "the hit has the shape of closed_form.is_hit_shaped",
+              STEPS[2]: "every hit of that shape has the tail facts of closed_form.has_tail_facts"}
+    for k, step in enumerate(STEPS):
+        out.append(Theorem(name=step, statement=lemmas[step] + " [every u, q, D]", build=_chain(step), budget_s=40.0,
+                           rests_on="; ".join((*STEPS[:k], CLOSED)), replay=_replay_scenario(step), **SYMBOLIC))
+    for inv in REGISTRY:
+        if inv.kind == "scenario":
+            out.append(Theorem(name=inv.id, statement=inv.statement + " [every u, q, D]", build=_chain(inv.id),
+                               budget_s=40.0, rests_on=CHAIN, replay=_replay_scenario(inv.id), **SYMBOLIC))
+    out.append(Theorem(name="I-20/draft", statement="every load key is stored, equal-spec draft group [every u, q, D]",
+                       build=_chain("I-20", draft=True), budget_s=40.0, rests_on=CHAIN + "; link with a draft group",
+                       replay=_replay_scenario("I-20", draft=True), **SYMBOLIC))
+    out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
+                       "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
+                       replay=_replay_scenario("I-20", legacy=True), **SYMBOLIC))
     out.append(Theorem(name="LEGACY-I-20@D8u128b1536", statement="legacy rule (tail keyed at h): every load key is "
                        "stored", build=_scenario("I-20", (8, 128, 12), legacy=True), expected="refuted",
                        budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True)))
@@ -180,32 +210,67 @@ def _solvers(z3: Any) -> list[Any]:
                     "smt").solver(), z3.Solver()]
 
 
+def compute_conjuncts(z3: Any, claim: Any) -> list[Any]:
+    """Return conjuncts whose conjunction is the claim (And split; A => And(..) split under A)."""
+    if z3.is_and(claim):
+        return [c for ch in claim.children() for c in compute_conjuncts(z3, ch)]
+    if z3.is_app_of(claim, z3.Z3_OP_IMPLIES):
+        a, b = claim.children()
+        parts = compute_conjuncts(z3, b)
+        if len(parts) > 1:
+            return [z3.Implies(a, c) for c in parts]
+    return [claim]
+
+
+def _query(th: Theorem, k: int, pre: Any, goal: Any, ops: Z3Ops, guarded: bool, deadline: float) -> tuple[Any, Any]:
+    """Return (answer, solver) of: is there a model of pre and the definitions where goal fails?"""
+    z3 = ops.z3
+    plain, guards, _ = ops.compute_cone(pre, goal, opaque=ops.opaque)
+    defs = guards if guarded else plain
+    solver = _solvers(z3)[k]
+    solver.set("timeout", max(1, int(1000 * (deadline - time.perf_counter()) / (2 - k))))
+    solver.add(pre, *defs, z3.Not(goal))
+    if th.product_lemmas:
+        solver.add(*ops.compute_product_lemmas(pre, goal, *defs))
+    return solver.check(), solver
+
+
 def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
-    """Return the verdict of one theorem; unknown and timeouts are failures."""
+    """Return the verdict of one theorem; unknown and timeouts are failures.
+
+    Each conjunct (or the whole claim) is one query, and the side conditions (every divisor
+    >= 1) another; every query must be unsat for "proved".  A sat answer counts as a
+    counterexample only when its model replays as one on ints.
+    """
     t0 = time.perf_counter()
-    budget = timeout_s if timeout_s is not None else th.budget_s
+    deadline = t0 + (timeout_s if timeout_s is not None else th.budget_s)
+    ops = Z3Ops(div_vars=th.div_vars)
+    z3 = ops.z3
+    pre, claim, variables = th.build(ops)
+    if ops.bounded and ops.compute_free(pre) & {str(i) for i in ops.bounded}:
+        raise ValueError(f"{th.name}: a bounded quantifier in a precondition is unsound")
+    goals = [(g, False) for g in (compute_conjuncts(z3, claim) if th.split else [claim])]
+    if ops.side:  # with quotient variables, the side conditions are proved with guarded definitions
+        goals.append((z3.And(*ops.side), th.div_vars))
     reasons = []
-    for k in range(2):
-        ops = Z3Ops(div_vars=th.div_vars)
-        z3 = ops.z3
-        pre, claim, variables = th.build(ops)
-        solver = _solvers(z3)[k]
-        solver.set("timeout", max(1, int(1000 * (budget - (time.perf_counter() - t0)) / (2 - k))))
-        solver.add(pre, *ops.defs)
-        solver.add(z3.Or(z3.Not(claim), z3.Not(z3.And(*ops.side)) if ops.side else z3.BoolVal(False)))
-        res = solver.check()
-        if res == z3.unsat:
-            return Verdict(theorem=th, answer="proved", ok=th.expected == "proved", seconds=time.perf_counter() - t0)
-        if res == z3.sat:
-            m = solver.model()
-            model = {n: m.eval(v, model_completion=True).as_long() for n, v in variables.items()}
-            if th.replay is not None and not th.replay(model):  # a model that is no counterexample on ints
-                reasons.append(f"spurious model {model}")
-                continue
-            return Verdict(theorem=th, answer="refuted", ok=th.expected == "refuted",
-                           seconds=time.perf_counter() - t0, model=model)
-        reasons.append(str(solver.reason_unknown()))
-    return Verdict(theorem=th, answer="unknown", ok=False, seconds=time.perf_counter() - t0, reason="; ".join(reasons))
+    for goal, guarded in goals:
+        for k in range(2):
+            res, solver = _query(th, k, pre, goal, ops, guarded, deadline)
+            if res == z3.unsat:
+                break
+            if res == z3.sat:
+                m = solver.model()
+                model = {n: m.eval(v, model_completion=True).as_long() for n, v in variables.items()}
+                if th.replay is None or th.replay(model):
+                    return Verdict(theorem=th, answer="refuted", ok=th.expected == "refuted",
+                                   seconds=time.perf_counter() - t0, model=model)
+                reasons.append(f"spurious model {model}")  # no counterexample on ints
+            else:
+                reasons.append(str(solver.reason_unknown()))
+        else:
+            return Verdict(theorem=th, answer="unknown", ok=False, seconds=time.perf_counter() - t0,
+                           reason="; ".join(reasons))
+    return Verdict(theorem=th, answer="proved", ok=th.expected == "proved", seconds=time.perf_counter() - t0)
 
 
 def format_explain_command(model: dict[str, int]) -> str:

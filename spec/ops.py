@@ -101,28 +101,163 @@ class Z3Ops:
         self.div_vars = div_vars
         self.side: list[Any] = []
         self.defs: list[Any] = []
+        self._defining: list[tuple[tuple[str, ...], Any, Any]] = []  # (names it introduces, def, guarded def)
         self.bounded: list[Any] = []
         self._fresh = 0
+        self._quotients: dict[tuple[int, int], tuple[Any, Any]] = {}
+        # names whose definitions a proof step leaves out (their facts come from proved lemmas)
+        self.opaque: frozenset[str] = frozenset()
+
+    def _define(self, names: tuple[Any, ...], constraint: Any, guard: Any = None) -> None:
+        self.defs.append(constraint)
+        guarded = constraint if guard is None else self.z3.Implies(guard, constraint)
+        self._defining.append((tuple(str(n) for n in names), constraint, guarded))
+
+    def compute_free(self, *terms: Any) -> set[str]:
+        """Return the names of the uninterpreted constants in terms."""
+        z3, seen, out, todo = self.z3, set(), set(), list(terms)
+        while todo:
+            t = todo.pop()
+            if t.get_id() in seen:
+                continue
+            seen.add(t.get_id())
+            if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+                out.add(str(t))
+            elif z3.is_app(t):
+                todo.extend(t.children())
+        return out
+
+    def compute_cone(self, *roots: Any, opaque: frozenset[str] = frozenset()) -> tuple[list[Any], list[Any], list[Any]]:
+        """Return the definitions (plain, guarded) and side conditions the roots depend on.
+
+        Dropping the definitions of names the roots never reach is sound (a definitional
+        extension).  A side condition is kept when its divisor mentions only names in the cone:
+        every division the roots use is in the cone, so its side condition is kept.  Prove the
+        side conditions with the guarded definitions, then the claim with the plain ones.  The
+        definitions of `opaque` names are left out too (dropping a hypothesis is always sound):
+        what the claim needs of them must come from proved lemmas among the roots.
+        """
+        names = self.compute_free(*roots)
+        picked: list[tuple[Any, Any]] = []
+        pending = list(self._defining)
+        changed = True
+        while changed:
+            changed, rest = False, []
+            for defined, c, guarded in pending:
+                if names.intersection(defined) and not opaque.intersection(defined):
+                    picked.append((c, guarded))
+                    names |= self.compute_free(c)
+                    changed = True
+                else:
+                    rest.append((defined, c, guarded))
+            pending = rest
+        side = [c for c in self.side if self.compute_free(c) <= names]
+        return [c for c, _ in picked], [g for _, g in picked], side
+
+    def compute_product_lemmas(self, *roots: Any) -> list[Any]:
+        """Return ground instances of order facts for every product x·f in roots (valid for all integers).
+
+        For each symbolic factor f and each pair of its multiplicands X, Y (0 included):
+        f >= 1 implies (X <= Y iff X·f <= Y·f) and (X < Y iff X·f + f <= Y·f).  Valid formulas, so
+        adding them is sound; they give the solver the monotonicity and discreteness of
+        multiples that nonlinear integer arithmetic would otherwise have to find.
+        """
+        z3 = self.z3
+        groups: dict[int, tuple[Any, dict[int, Any]]] = {}
+        seen: set[int] = set()
+        todo = list(roots)
+        while todo:
+            t = todo.pop()
+            if t.get_id() in seen:
+                continue
+            seen.add(t.get_id())
+            if z3.is_app_of(t, z3.Z3_OP_MUL):
+                fs = self._factors(t)
+                for k, f in enumerate(fs):
+                    if not z3.is_int_value(f):
+                        rest = self._product(fs[:k] + fs[k + 1:])
+                        groups.setdefault(f.get_id(), (f, {}))[1][rest.get_id()] = (rest, t)
+            if z3.is_app(t):
+                todo.extend(t.children())
+        out = []
+        for f, ms in groups.values():
+            xs = [(z3.IntVal(0), z3.IntVal(0)), *ms.values()]  # (multiplicand, the product term as written)
+            for i, (x, tx) in enumerate(xs):
+                for y, ty in xs[i + 1:]:
+                    out.append(z3.Implies(f >= 1, z3.And((x <= y) == (tx <= ty), (y <= x) == (ty <= tx),
+                                                          (x < y) == (tx + f <= ty), (y < x) == (ty + f <= tx))))
+        return out
 
     def _div_guard(self, b: Any) -> None:
         self.side.append(b >= 1)
 
+    def _factors(self, t: Any) -> list[Any]:
+        if self.z3.is_app_of(t, self.z3.Z3_OP_MUL):
+            return [f for c in t.children() for f in self._factors(c)]
+        return [t]
+
+    def _product(self, fs: list[Any]) -> Any:
+        out = self.z3.IntVal(1)
+        for f in fs:
+            out = f if self.z3.is_int_value(out) and out.as_long() == 1 else out * f
+        return out
+
+    def _cancel(self, a: Any, b: Any) -> tuple[Any, Any, Any]:
+        """Return (f, x, y) with a = f·x and b = f·y syntactically (f = 1 when no symbolic factor is shared)."""
+        fa, rest_b, common = self._factors(a), [], []
+        for f in self._factors(b):
+            k = next((k for k, g in enumerate(fa) if g.eq(f)), None) if not self.z3.is_int_value(f) else None
+            if k is None:
+                rest_b.append(f)
+            else:
+                common.append(fa.pop(k))
+        return self._product(common), self._product(fa), self._product(rest_b)
+
     def _quot_rem(self, a: Any, b: Any) -> tuple[Any, Any]:
+        """Return (⌊a/b⌋, a mod b), rewritten by sound identities before any variable is introduced.
+
+        If(c, x, y) / b = If(c, x/b, y/b); (f·x) / (f·y) = x / y with remainder f·(x mod y) for f >= 1
+        (f >= 1 becomes a side condition); the same division twice gets the same quotient variables.
+        """
+        z3 = self.z3
         self._div_guard(b)
-        if not self.div_vars or self.z3.is_int_value(self.z3.simplify(b)):
+        if z3.is_app_of(a, z3.Z3_OP_ITE):
+            c, x, y = a.children()
+            (kx, rx), (ky, ry) = self._quot_rem(x, b), self._quot_rem(y, b)
+            return z3.If(c, kx, ky), z3.If(c, rx, ry)
+        f, x, y = self._cancel(a, b)
+        if not (z3.is_int_value(f) and f.as_long() == 1):
+            self.side.append(f >= 1)
+            if z3.is_int_value(y) and y.as_long() == 1:
+                return x, z3.IntVal(0)
+            k, r = self._quot_rem(x, y)
+            return k, f * r
+        if not self.div_vars or z3.is_int_value(z3.simplify(b)):
             return a / b, a % b
-        self._fresh += 1
-        k, r = self.z3.Int(f"_q{self._fresh}"), self.z3.Int(f"_r{self._fresh}")
-        self.defs += [a == k * b + r, r >= 0, r < b]
-        return k, r
+        key = (a.get_id(), b.get_id())
+        if key not in self._quotients:
+            self._fresh += 1
+            k, r = z3.Int(f"_q{self._fresh}"), z3.Int(f"_r{self._fresh}")
+            # guarded by b >= 1 where the side conditions are proved (a divisor < 1 must fail them, not
+            # make the definition unsatisfiable); unguarded where the claim is proved once they hold
+            self._define((k, r), z3.And(a == k * b + r, r >= 0, r < b), guard=b >= 1)
+            self._quotients[key] = (k, r)
+        return self._quotients[key]
 
     def floordiv(self, a: Any, b: Any) -> Any:
         """Return floor(a / b) (Z3 Int division is floor division for b >= 1)."""
         return self._quot_rem(a, b)[0]
 
     def cdiv(self, a: Any, b: Any) -> Any:
-        """Return ceil(a / b) for b >= 1."""
-        return self._quot_rem(a + b - 1, b)[0]
+        """Return ceil(a / b) for b >= 1 (⌈f·x / f·y⌉ = ⌈x/y⌉ for f >= 1; pushed into if-then-else)."""
+        self._div_guard(b)
+        if self.z3.is_app_of(a, self.z3.Z3_OP_ITE):
+            c, x, y = a.children()
+            return self.z3.If(c, self.cdiv(x, b), self.cdiv(y, b))
+        f, x, y = self._cancel(a, b)
+        if not (self.z3.is_int_value(f) and f.as_long() == 1):
+            self.side.append(f >= 1)
+        return self._quot_rem(x + y - 1, y)[0]
 
     def mod(self, a: Any, b: Any) -> Any:
         """Return a mod b for b >= 1."""
@@ -176,5 +311,5 @@ class Z3Ops:
         """Return a fresh variable defined equal to value (the definition goes to ``self.defs``)."""
         self._fresh += 1
         v = self.z3.Int(f"{name}_{self._fresh}") if not self.z3.is_bool(value) else self.z3.Bool(f"{name}_{self._fresh}")
-        self.defs.append(v == value)
+        self._define((v,), v == value)
         return v

@@ -6,11 +6,16 @@ from .conftest import require
 
 require("z3")
 
-from kvspec.checks.closed_form import Params, compute_closed_witness, pre_params  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from kvspec.checks.closed_form import (Params, compute_closed_form, compute_closed_witness,  # noqa: E402
+                                       has_mamba_facts, has_tail_facts, is_hit_shaped, pre_params)
 from kvspec.checks.exhaustive import iterate_all  # noqa: E402
 from kvspec.checks.link import compare  # noqa: E402
 from kvspec.checks.mutants import MUTANTS, hunt  # noqa: E402
-from kvspec.checks.prove import Theorem, compute_theorems, format_explain_command, prove  # noqa: E402
+from kvspec.checks.prove import (STEPS, Theorem, _chain, _replay_scenario, compute_theorems,  # noqa: E402
+                                 format_explain_command, prove)
 from kvspec.checks.verify import format_table, summarize  # noqa: E402
 from kvspec.spec.invariants import get_invariant  # noqa: E402
 from kvspec.spec.ops import Z3Ops  # noqa: E402
@@ -49,15 +54,58 @@ def test_unknown_counts_as_failure_in_the_table():
     assert report["ok"] is False and "VERIFY: FAILED" in format_table(report)
 
 
+from kvspec.checks.verify import FAST_THEOREMS as FAST  # noqa: E402
+
+
 def test_fast_subset_of_theorems():
-    ths = [t for t in compute_theorems() if t.name.endswith("@D8u128b1536")]
-    assert {t.name.split("@")[0] for t in ths} >= {"I-12", "I-14", "I-19", "I-20", "LEGACY-I-20"}
+    ths = [t for t in compute_theorems() if t.name in FAST]
+    assert {t.name for t in ths} == set(FAST)
     for th in ths:
         v = prove(th)
         assert v.ok, (th.name, v.answer, v.reason)
         if th.expected == "refuted":
             cmd = format_explain_command(v.model)
             assert "--legacy-tail-key" in cmd
+
+
+def test_scenario_theorems_cover_every_geometry():
+    """The scenario theorems leave u, q and D symbolic (no grid), and rest on the lemma chain."""
+    ths = {t.name: t for t in compute_theorems()}
+    for name in ("I-12", "I-SHARED", "I-14", "I-15", "I-18", "I-19", "I-20", "I-22", "I-20/draft"):
+        ops = Z3Ops(div_vars=True)
+        _, _, variables = ths[name].build(ops)
+        assert all(not ops.z3.is_int_value(variables[k]) for k in ("u", "q", "d")), name
+        assert all(step in ths[name].rests_on for step in STEPS)
+
+
+def test_lemma_chain_rejects_a_false_claim():
+    """The legacy tail key posed through the same chain (hypotheses, opaque names) is not proved."""
+    th = Theorem(name="LEGACY-CHAIN", statement="legacy rule through the chain", build=_chain("I-20", legacy=True),
+                 budget_s=20, replay=_replay_scenario("I-20", legacy=True), div_vars=True, split=True,
+                 product_lemmas=True)
+    v = prove(th)
+    assert v.answer != "proved" and not v.ok
+
+
+def test_lemma_chain_hypotheses_are_satisfiable():
+    """The lemmas assumed by the last step are consistent with the definitions (the chain is not vacuous)."""
+    ops = Z3Ops(div_vars=True)
+    pre, _, _ = _chain("I-20", (8, 128, 12))(ops)
+    plain, _, _ = ops.compute_cone(pre)
+    s = ops.z3.Solver()
+    s.add(pre, *plain, ops.z3.Int("n") == 15000, ops.z3.Int("p") == 15000, ops.z3.Int("s_shared") == 15000)
+    assert s.check() == ops.z3.sat
+
+
+@settings(max_examples=300)
+@given(u=st.integers(1, 256), q=st.integers(1, 16), d=st.integers(1, 16), e=st.integers(0, 1),
+       dense=st.integers(0, 1), p=st.integers(0, 10**6), n=st.integers(1, 10**6), frac=st.floats(0, 1))
+def test_lemma_claims_hold_on_ints(u, q, d, e, dense, p, n, frac):
+    from kvspec.spec.ops import IntOps
+    x = Params(u=u, q=q, d=d, e=e, dense=dense, p=p, n=n, s_shared=int(frac * min(p, n)))
+    cf, att_has, mam_has = compute_closed_form(IntOps, x)
+    assert has_mamba_facts(IntOps, cf, mam_has) and is_hit_shaped(IntOps, cf, mam_has)
+    assert has_tail_facts(IntOps, x, cf, att_has, mam_has)
 
 
 def test_legacy_counterexample_command_replays_as_missing_key(capsys):
