@@ -33,6 +33,7 @@ class Theorem:
     rests_on: str = "z3 alone"
     replay: Callable[[dict[str, int]], bool] | None = None  # on ints: does the claim fail at this model?
     div_vars: bool = False  # quotient variables for divisions by symbolic terms (see Z3Ops)
+    precondition: str = ""  # in words
     split: bool = False  # prove each conjunct of the claim as its own query (all must be proved)
     product_lemmas: bool = False  # add ground order facts of the claim's products (Z3Ops.compute_product_lemmas)
 
@@ -47,6 +48,7 @@ class Verdict:
     seconds: float
     model: dict[str, int] | None = None
     reason: str = ""
+    queries: int = 0  # solver queries answered (conjuncts and side conditions, per solver tried)
 
 
 def _ints(ops: Z3Ops, names: tuple[str, ...]) -> dict[str, Any]:
@@ -173,33 +175,49 @@ CLOSED = "closed form (checks/closed_form.py); link closed form == spec fixed po
 CLOSED_DRAFT = CLOSED + "; link with an equal-spec draft group"
 CHAIN = "; ".join((*STEPS, CLOSED))
 SCOPE = "every u >= 1, b = q·u (q >= 1), D >= 1, P, N, S, EAGLE on/off, both retentions (symbolic)"
+
+
+def _words(fn: Any) -> str:
+    """Return a precondition's docstring as words ("Return the precondition: X." -> "X")."""
+    doc = (fn.__doc__ or "").strip().split("\n")[0]
+    return doc.removeprefix("Return the precondition:").removeprefix("Return the precondition of the closed form:") \
+        .strip().rstrip(".")
+
+
+PRE_SCENARIO = _words(pre_params) + "; u, q, D, P, N, S symbolic"
 SYMBOLIC = dict(div_vars=True, split=True, product_lemmas=True)
 
 
 def compute_theorems() -> tuple[Theorem, ...]:
     """Return every theorem `make verify` proves or refutes."""
     out = [Theorem(name=f"{inv.id}", statement=inv.statement + " [all integers]", build=_arith(inv.id),
-                   budget_s=30.0, replay=_replay_arith(inv.id)) for inv in REGISTRY if inv.kind == "arith"]
+                   budget_s=30.0, replay=_replay_arith(inv.id), precondition=_words(inv.pre))
+           for inv in REGISTRY if inv.kind == "arith"]
     lemmas = {STEPS[0]: "each Mamba hit is 0 or a stored state within the attention hit and S "
                         "(closed_form.has_mamba_facts)",
               STEPS[1]: "the hit has the shape of closed_form.is_hit_shaped",
               STEPS[2]: "every hit of that shape has the tail facts of closed_form.has_tail_facts"}
     for k, step in enumerate(STEPS):
         out.append(Theorem(name=step, statement=lemmas[step] + " [every u, q, D]", build=_chain(step), budget_s=40.0,
-                           rests_on="; ".join((*STEPS[:k], CLOSED)), replay=_replay_scenario(step), **SYMBOLIC))
+                           rests_on="; ".join((*STEPS[:k], CLOSED)), replay=_replay_scenario(step),
+                           precondition=PRE_SCENARIO + "".join(f"; {p}" for p in STEPS[:k]), **SYMBOLIC))
     for inv in REGISTRY:
         if inv.kind == "scenario":
             out.append(Theorem(name=inv.id, statement=inv.statement + " [every u, q, D]", build=_chain(inv.id),
-                               budget_s=40.0, rests_on=CHAIN, replay=_replay_scenario(inv.id), **SYMBOLIC))
+                               budget_s=40.0, rests_on=CHAIN, replay=_replay_scenario(inv.id),
+                               precondition=PRE_SCENARIO + "; the three lemmas", **SYMBOLIC))
     out.append(Theorem(name="I-20/draft", statement="every load key is stored, equal-spec draft group [every u, q, D]",
                        build=_chain("I-20", draft=True), budget_s=40.0, rests_on=CHAIN + "; link with a draft group",
-                       replay=_replay_scenario("I-20", draft=True), **SYMBOLIC))
+                       replay=_replay_scenario("I-20", draft=True), precondition=PRE_SCENARIO + "; the three lemmas",
+                       **SYMBOLIC))
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
                        "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
-                       replay=_replay_scenario("I-20", legacy=True), **SYMBOLIC))
+                       replay=_replay_scenario("I-20", legacy=True), precondition=PRE_SCENARIO.replace(
+                           "D", "D = 1", 1) + "; the three lemmas", **SYMBOLIC))
     out.append(Theorem(name="LEGACY-I-20@D8u128b1536", statement="legacy rule (tail keyed at h): every load key is "
                        "stored", build=_scenario("I-20", (8, 128, 12), legacy=True), expected="refuted",
-                       budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True)))
+                       budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True),
+                       precondition=_words(pre_params) + "; D = 8, u = 128, b = 1536; P, N, S symbolic"))
     return tuple(out)
 
 
@@ -252,10 +270,11 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
     goals = [(g, False) for g in (compute_conjuncts(z3, claim) if th.split else [claim])]
     if ops.side:  # with quotient variables, the side conditions are proved with guarded definitions
         goals.append((z3.And(*ops.side), th.div_vars))
-    reasons = []
+    reasons, n = [], 0
     for goal, guarded in goals:
         for k in range(2):
             res, solver = _query(th, k, pre, goal, ops, guarded, deadline)
+            n += 1
             if res == z3.unsat:
                 break
             if res == z3.sat:
@@ -263,14 +282,15 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
                 model = {n: m.eval(v, model_completion=True).as_long() for n, v in variables.items()}
                 if th.replay is None or th.replay(model):
                     return Verdict(theorem=th, answer="refuted", ok=th.expected == "refuted",
-                                   seconds=time.perf_counter() - t0, model=model)
+                                   seconds=time.perf_counter() - t0, model=model, queries=n)
                 reasons.append(f"spurious model {model}")  # no counterexample on ints
             else:
                 reasons.append(str(solver.reason_unknown()))
         else:
             return Verdict(theorem=th, answer="unknown", ok=False, seconds=time.perf_counter() - t0,
-                           reason="; ".join(reasons))
-    return Verdict(theorem=th, answer="proved", ok=th.expected == "proved", seconds=time.perf_counter() - t0)
+                           reason="; ".join(reasons), queries=n)
+    return Verdict(theorem=th, answer="proved", ok=th.expected == "proved", seconds=time.perf_counter() - t0,
+                   queries=n)
 
 
 def format_explain_command(model: dict[str, int]) -> str:

@@ -24,7 +24,7 @@ def _z3_task(idx: int, fast: bool) -> ROW:
     v = prove(th)
     row: ROW = {"id": th.name, "statement": th.statement, "method": "z3", "expected": th.expected,
                 "result": v.answer, "ok": v.ok, "seconds": round(v.seconds, 3), "rests_on": th.rests_on,
-                "budget_s": th.budget_s}
+                "budget_s": th.budget_s, "precondition": th.precondition, "queries": v.queries}
     if v.model is not None:
         row["counterexample"] = v.model
         if th.name.startswith("LEGACY"):
@@ -221,7 +221,8 @@ def summarize(rows: list[ROW], fast: bool) -> dict[str, Any]:
         row = {"id": name, "statement": rs[0]["statement"], "method": "z3",
                "result": "/".join(answers) + ("" if ok else " FAIL"), "ok": ok,
                "seconds": round(sum(r["seconds"] for r in rs), 2), "expected": rs[0]["expected"],
-               "geometries": len(rs), "rests_on": rs[0]["rests_on"],
+               "geometries": len(rs), "rests_on": rs[0]["rests_on"], "precondition": rs[0]["precondition"],
+               "queries": sum(r["queries"] for r in rs),
                "slowest_s": max(r["seconds"] for r in rs), "budget_s": rs[0]["budget_s"]}
         for r in rs:
             if "command" in r:
@@ -282,9 +283,9 @@ def format_table(report: dict[str, Any]) -> str:
     lines = [f"{'check':<22} {'method':<10} {'result':<34} {'s':>7}  statement"]
     for r in report["rows"]:
         lines.append(f"{r['id']:<22} {r['method']:<10} {r['result'][:34]:<34} {r['seconds']:>7.2f}  {r['statement']}")
-        if r["method"] == "z3" and r.get("geometries", 1) > 1:
-            lines.append(f"{'':<22} {'':<10} {'':<34} {'':>7}    on {r['geometries']} geometries, slowest "
-                         f"{r['slowest_s']:.2f} s of {r['budget_s']:.0f} s; rests on: {r['rests_on']}")
+        if r["method"] == "z3":
+            lines.append(f"{'':<22} {r['queries']} queries, {r['slowest_s']:.2f} s of a {r['budget_s']:.0f} s budget; "
+                         f"precondition: {r['precondition']}; rests on: {r['rests_on']}")
         if "command" in r:
             lines.append(f"{'':<22} counterexample (expected): {r['command']}")
         if r["method"] == "mutant" and r["ok"]:
