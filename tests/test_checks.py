@@ -49,7 +49,8 @@ def test_unknown_is_a_failure():
 
 def test_unknown_counts_as_failure_in_the_table():
     row = {"kind": "z3", "id": "X@g", "statement": "s", "method": "z3", "expected": "proved", "result": "unknown",
-           "ok": False, "seconds": 0.3, "rests_on": "-", "budget_s": 0.3, "reason": "timeout"}
+           "ok": False, "seconds": 0.3, "rests_on": "-", "budget_s": 0.3, "reason": "timeout", "precondition": "-",
+           "queries": 2}
     report = summarize([row], fast=True)
     assert report["ok"] is False and "VERIFY: FAILED" in format_table(report)
 
