@@ -198,7 +198,7 @@ def compute_theorems() -> tuple[Theorem, ...]:
               STEPS[1]: "the hit has the shape of closed_form.is_hit_shaped",
               STEPS[2]: "every hit of that shape has the tail facts of closed_form.has_tail_facts"}
     for k, step in enumerate(STEPS):
-        out.append(Theorem(name=step, statement=lemmas[step] + " [every u, q, D]", build=_chain(step), budget_s=40.0,
+        out.append(Theorem(name=step, statement=lemmas[step] + " [every u, q, D]", build=_chain(step), budget_s=60.0,
                            rests_on="; ".join((*STEPS[:k], CLOSED)), replay=_replay_scenario(step),
                            precondition=PRE_SCENARIO + "".join(f"; {p}" for p in STEPS[:k]), **SYMBOLIC))
     for inv in REGISTRY:
