@@ -172,7 +172,6 @@ def _replay_arith(inv_id: str) -> Callable[[dict[str, int]], bool]:
 
 
 CLOSED = "closed form (checks/closed_form.py); link closed form == spec fixed point (exhaustive + hypothesis)"
-CLOSED_DRAFT = CLOSED + "; link with an equal-spec draft group"
 CHAIN = "; ".join((*STEPS, CLOSED))
 SCOPE = "every u >= 1, b = q·u (q >= 1), D >= 1, P, N, S, EAGLE on/off, both retentions (symbolic)"
 
@@ -207,7 +206,7 @@ def compute_theorems() -> tuple[Theorem, ...]:
                                budget_s=40.0, rests_on=CHAIN, replay=_replay_scenario(inv.id),
                                precondition=PRE_SCENARIO + "; the three lemmas", **SYMBOLIC))
     out.append(Theorem(name="I-20/draft", statement="every load key is stored, equal-spec draft group [every u, q, D]",
-                       build=_chain("I-20", draft=True), budget_s=40.0, rests_on=CHAIN + "; link with a draft group",
+                       build=_chain("I-20", draft=True), budget_s=40.0, rests_on=CHAIN + "; link with an equal-spec draft group",
                        replay=_replay_scenario("I-20", draft=True), precondition=PRE_SCENARIO + "; the three lemmas",
                        **SYMBOLIC))
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
