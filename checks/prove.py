@@ -206,7 +206,8 @@ def compute_theorems() -> tuple[Theorem, ...]:
                                budget_s=40.0, rests_on=CHAIN, replay=_replay_scenario(inv.id),
                                precondition=PRE_SCENARIO + "; the three lemmas", **SYMBOLIC))
     out.append(Theorem(name="I-20/draft", statement="every load key is stored, equal-spec draft group [every u, q, D]",
-                       build=_chain("I-20", draft=True), budget_s=40.0, rests_on=CHAIN + "; link with an equal-spec draft group",
+                       build=_chain("I-20", draft=True), budget_s=40.0,
+                       rests_on=CHAIN + "; link with an equal-spec draft group",
                        replay=_replay_scenario("I-20", draft=True), precondition=PRE_SCENARIO + "; the three lemmas",
                        **SYMBOLIC))
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
