@@ -63,20 +63,16 @@ class ClosedForm:
     """Every closed-form quantity, in units (terms over the ops of construction)."""
 
     m: Any  # attention span in units (q·D)
-    fine: Any
-    p_units: Any  # ⌊P/u⌋
     n_units: Any  # ⌊N/u⌋ (the bound and the top of the tail scan)
     n_below: Any  # ⌊(N−1)/u⌋ (u·h < N iff h <= n_below)
     s_units: Any  # ⌊S/u⌋
     full: Any  # F
     tail: Any  # T
     tail_vis: Any  # T is stored and visible (within S)
-    replay: Any  # R
     sel: Any  # the bound the hit was derived at
     nb: Any  # attention full blocks usable at sel
     inside: Any  # the attention tail T ends the attention hit at sel
     reach: Any  # r: the attention hit at sel before the EAGLE drop
-    h_att: Any  # the attention hit at sel after the EAGLE drop
     hit: Any  # h
     mamba_calls: tuple[tuple[Any, Any], ...]  # (attention hit y, Mamba hit) at ⌊N/u⌋ and at ⌊(N−1)/u⌋
     tail_attention: Any  # B_att (MISSING when none)
@@ -122,8 +118,8 @@ def compute_closed_form(ops: Any, x: Params) -> tuple[ClosedForm, Any, Any]:
     h1 = ops.let("h1", ops.If(nu <= 0, 0, calls[0][1]))
     again = h1 > n1  # u·h1 >= N: derive again at ⌊(N−1)/u⌋
     sel = ops.let("sel", ops.If(again, n1, nu))
-    nb, inside, r, h_att = (ops.let(name, ops.If(again, lo, hi)) for name, lo, hi in
-                            zip(("nb", "inside", "r", "h_att"), at_below, at_top))
+    nb, inside, r = (ops.let(name, ops.If(again, lo, hi)) for name, lo, hi in
+                     zip(("nb", "inside", "r"), at_below[:3], at_top[:3]))
     hit = ops.let("h", ops.If(again, ops.If(n1 <= 0, 0, calls[1][1]), h1))
 
     def tail_of(has: Any, span: Any) -> Any:
@@ -134,10 +130,9 @@ def compute_closed_form(ops: Any, x: Params) -> tuple[ClosedForm, Any, Any]:
         return ops.let("B", ops.If(hit <= 0, MISSING, ops.If(has(hit), hit, ops.If(t_in, tail,
                                                                                    ops.If(full_in, end, MISSING)))))
 
-    cf = ClosedForm(m=m, fine=fine, p_units=pu, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail,
-                    tail_vis=tail_vis, replay=replay, sel=sel, nb=nb, inside=inside, reach=r, h_att=h_att, hit=hit,
-                    mamba_calls=calls,
-                    tail_attention=tail_of(att_has, m), tail_mamba=tail_of(mam_has, q))
+    cf = ClosedForm(m=m, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail, tail_vis=tail_vis, sel=sel, nb=nb,
+                    inside=inside, reach=r, hit=hit, mamba_calls=calls, tail_attention=tail_of(att_has, m),
+                    tail_mamba=tail_of(mam_has, q))
     return cf, att_has, mam_has
 
 

@@ -30,9 +30,9 @@ def iterate_geometries(dcps: tuple[int, ...] = DCPS) -> Iterator[Geometry]:
 
 
 def compute_lengths(g: Geometry, limit_units: int) -> list[int]:
+    """Return the prompt and prefix lengths of the scope: a few units, and one unit around every span multiple."""
     u = g.unit
     spans = {compute_span(g, i) for i in range(len(g.groups))} | {compute_lcm_span(g)}
-    """Return the prompt and prefix lengths of the scope: a few units, and one unit around every span multiple."""
     near = {k * s + du * u for s in spans for k in (1, 2) for du in (-1, 0, 1)}
     small = {k * u for k in range(limit_units + 1)}
     vals = {v + dv for v in near | small for dv in (0, 1)}

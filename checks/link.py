@@ -33,6 +33,7 @@ def compare(x: Params, draft: bool = False) -> str | None:
         return f"spec error {out.error}"
     tails = dict(out.tails)
     got = (out.hit_length, tails.get(0, MISSING), tails.get(len(sc.geometry.groups) - 1, MISSING))
+
     def tokens(t: int) -> int:
         return compute_scaled(IntOps, x.u, t) if cf.hit > 0 else MISSING
 

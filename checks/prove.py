@@ -127,7 +127,7 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
         claims = (has_mamba_facts(ops, cf, mam_has), is_hit_shaped(ops, cf, mam_has),
                   has_tail_facts(ops, x, cf, att_has, mam_has))
         ys, hms = frozenset(str(y) for y, _ in cf.mamba_calls), frozenset(str(hm) for _, hm in cf.mamba_calls)
-        hit = ys | hms | {str(t) for t in (cf.sel, cf.nb, cf.inside, cf.reach, cf.h_att, cf.hit)}
+        hit = ys | hms | {str(t) for t in (cf.sel, cf.nb, cf.inside, cf.reach, cf.hit)}
         # step k hides: any attention hit y (the Mamba lemma holds for every y); the Mamba hits; the whole hit;
         # the hit and the tails
         opaque = (ys, hms, hit, hit | {str(cf.tail_attention), str(cf.tail_mamba)})
@@ -141,13 +141,12 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
     return build
 
 
-def _replay_scenario(inv_id: str, legacy: bool = False, draft: bool = False,
-                     extra: Callable[[dict[str, int]], bool] | None = None) -> Callable[[dict[str, int]], bool]:
+def _replay_scenario(inv_id: str, legacy: bool = False, draft: bool = False) -> Callable[[dict[str, int]], bool]:
     inv = None if inv_id in STEPS else get_invariant(inv_id)
 
     def replay(model: dict[str, int]) -> bool:
         x = Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
-        if not pre_params(IntOps, x) or (extra is not None and not extra(model)):
+        if not pre_params(IntOps, x):
             return False
         if inv is None:  # a lemma step
             cf, att_has, mam_has = compute_closed_form(IntOps, x)
@@ -183,7 +182,12 @@ def _words(fn: Any) -> str:
         .strip().rstrip(".")
 
 
-PRE_SCENARIO = _words(pre_params) + "; u, q, D, P, N, S symbolic"
+def _pre(symbolic: str, assumed: tuple[str, ...] = ()) -> str:
+    """Return a scenario theorem's precondition in words: the closed form's, what is symbolic, the lemmas assumed."""
+    return "; ".join((_words(pre_params), symbolic, *assumed))
+
+
+ALL = "u, q, D, P, N, S symbolic"
 SYMBOLIC = dict(div_vars=True, split=True, product_lemmas=True)
 
 
@@ -199,25 +203,24 @@ def compute_theorems() -> tuple[Theorem, ...]:
     for k, step in enumerate(STEPS):
         out.append(Theorem(name=step, statement=lemmas[step] + " [every u, q, D]", build=_chain(step), budget_s=60.0,
                            rests_on="; ".join((*STEPS[:k], CLOSED)), replay=_replay_scenario(step),
-                           precondition=PRE_SCENARIO + "".join(f"; {p}" for p in STEPS[:k]), **SYMBOLIC))
+                           precondition=_pre(ALL, STEPS[:k]), **SYMBOLIC))
     for inv in REGISTRY:
         if inv.kind == "scenario":
             out.append(Theorem(name=inv.id, statement=inv.statement + " [every u, q, D]", build=_chain(inv.id),
                                budget_s=40.0, rests_on=CHAIN, replay=_replay_scenario(inv.id),
-                               precondition=PRE_SCENARIO + "; the three lemmas", **SYMBOLIC))
+                               precondition=_pre(ALL, STEPS), **SYMBOLIC))
     out.append(Theorem(name="I-20/draft", statement="every load key is stored, equal-spec draft group [every u, q, D]",
                        build=_chain("I-20", draft=True), budget_s=40.0,
                        rests_on=CHAIN + "; link with an equal-spec draft group",
-                       replay=_replay_scenario("I-20", draft=True), precondition=PRE_SCENARIO + "; the three lemmas",
-                       **SYMBOLIC))
+                       replay=_replay_scenario("I-20", draft=True), precondition=_pre(ALL, STEPS), **SYMBOLIC))
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
                        "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
-                       replay=_replay_scenario("I-20", legacy=True), precondition=PRE_SCENARIO.replace(
-                           "D", "D = 1", 1) + "; the three lemmas", **SYMBOLIC))
-    out.append(Theorem(name="LEGACY-I-20@D8u128b1536", statement="legacy rule (tail keyed at h): every load key is "
-                       "stored", build=_scenario("I-20", (8, 128, 12), legacy=True), expected="refuted",
+                       replay=_replay_scenario("I-20", legacy=True),
+                       precondition=_pre("D = 1; u, q, P, N, S symbolic", STEPS), **SYMBOLIC))
+    out.append(Theorem(name="LEGACY-I-20", statement="legacy rule (tail keyed at h): every load key is "
+                       "stored [D = 8, u = 128, b = 1536]", build=_scenario("I-20", (8, 128, 12), legacy=True), expected="refuted",
                        budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True),
-                       precondition=_words(pre_params) + "; D = 8, u = 128, b = 1536; P, N, S symbolic"))
+                       precondition=_pre("D = 8, u = 128, b = 1536; P, N, S symbolic")))
     return tuple(out)
 
 
@@ -243,7 +246,7 @@ def compute_conjuncts(z3: Any, claim: Any) -> list[Any]:
 def _query(th: Theorem, k: int, pre: Any, goal: Any, ops: Z3Ops, guarded: bool, deadline: float) -> tuple[Any, Any]:
     """Return (answer, solver) of: is there a model of pre and the definitions where goal fails?"""
     z3 = ops.z3
-    plain, guards, _ = ops.compute_cone(pre, goal, opaque=ops.opaque)
+    plain, guards = ops.compute_cone(pre, goal)
     defs = guards if guarded else plain
     solver = _solvers(z3)[k]
     solver.set("timeout", max(1, int(1000 * (deadline - time.perf_counter()) / (2 - k))))
@@ -270,27 +273,27 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
     goals = [(g, False) for g in (compute_conjuncts(z3, claim) if th.split else [claim])]
     if ops.side:  # with quotient variables, the side conditions are proved with guarded definitions
         goals.append((z3.And(*ops.side), th.div_vars))
-    reasons, n = [], 0
+    reasons, queries = [], 0
     for goal, guarded in goals:
         for k in range(2):
             res, solver = _query(th, k, pre, goal, ops, guarded, deadline)
-            n += 1
+            queries += 1
             if res == z3.unsat:
                 break
             if res == z3.sat:
                 m = solver.model()
-                model = {n: m.eval(v, model_completion=True).as_long() for n, v in variables.items()}
+                model = {name: m.eval(v, model_completion=True).as_long() for name, v in variables.items()}
                 if th.replay is None or th.replay(model):
                     return Verdict(theorem=th, answer="refuted", ok=th.expected == "refuted",
-                                   seconds=time.perf_counter() - t0, model=model, queries=n)
+                                   seconds=time.perf_counter() - t0, model=model, queries=queries)
                 reasons.append(f"spurious model {model}")  # no counterexample on ints
             else:
                 reasons.append(str(solver.reason_unknown()))
         else:
             return Verdict(theorem=th, answer="unknown", ok=False, seconds=time.perf_counter() - t0,
-                           reason="; ".join(reasons), queries=n)
+                           reason="; ".join(reasons), queries=queries)
     return Verdict(theorem=th, answer="proved", ok=th.expected == "proved", seconds=time.perf_counter() - t0,
-                   queries=n)
+                   queries=queries)
 
 
 def format_explain_command(model: dict[str, int]) -> str:

@@ -97,10 +97,9 @@ class Z3Ops:
 
         self.z3 = z3
         # div_vars: a division by a non-numeral term gets explicit quotient/remainder variables
-        # (a = k·b + r, 0 <= r < b, recorded in self.defs), which leaves Z3 only multiplications.
+        # (a = k·b + r, 0 <= r < b, a definition), which leaves Z3 only multiplications.
         self.div_vars = div_vars
         self.side: list[Any] = []
-        self.defs: list[Any] = []
         self._defining: list[tuple[tuple[str, ...], Any, Any]] = []  # (names it introduces, def, guarded def)
         self.bounded: list[Any] = []
         self._fresh = 0
@@ -109,7 +108,6 @@ class Z3Ops:
         self.opaque: frozenset[str] = frozenset()
 
     def _define(self, names: tuple[Any, ...], constraint: Any, guard: Any = None) -> None:
-        self.defs.append(constraint)
         guarded = constraint if guard is None else self.z3.Implies(guard, constraint)
         self._defining.append((tuple(str(n) for n in names), constraint, guarded))
 
@@ -127,15 +125,14 @@ class Z3Ops:
                 todo.extend(t.children())
         return out
 
-    def compute_cone(self, *roots: Any, opaque: frozenset[str] = frozenset()) -> tuple[list[Any], list[Any], list[Any]]:
-        """Return the definitions (plain, guarded) and side conditions the roots depend on.
+    def compute_cone(self, *roots: Any) -> tuple[list[Any], list[Any]]:
+        """Return the definitions the roots depend on, plain and guarded.
 
         Dropping the definitions of names the roots never reach is sound (a definitional
-        extension).  A side condition is kept when its divisor mentions only names in the cone:
-        every division the roots use is in the cone, so its side condition is kept.  Prove the
-        side conditions with the guarded definitions, then the claim with the plain ones.  The
-        definitions of `opaque` names are left out too (dropping a hypothesis is always sound):
-        what the claim needs of them must come from proved lemmas among the roots.
+        extension).  Prove the side conditions with the guarded definitions, then the claim with
+        the plain ones.  The definitions of ``self.opaque`` names are left out too (dropping a
+        hypothesis is always sound): what the claim needs of them must come from proved lemmas
+        among the roots.
         """
         names = self.compute_free(*roots)
         picked: list[tuple[Any, Any]] = []
@@ -144,15 +141,14 @@ class Z3Ops:
         while changed:
             changed, rest = False, []
             for defined, c, guarded in pending:
-                if names.intersection(defined) and not opaque.intersection(defined):
+                if names.intersection(defined) and not self.opaque.intersection(defined):
                     picked.append((c, guarded))
                     names |= self.compute_free(c)
                     changed = True
                 else:
                     rest.append((defined, c, guarded))
             pending = rest
-        side = [c for c in self.side if self.compute_free(c) <= names]
-        return [c for c, _ in picked], [g for _, g in picked], side
+        return [c for c, _ in picked], [g for _, g in picked]
 
     def compute_product_lemmas(self, *roots: Any) -> list[Any]:
         """Return ground instances of order facts for every product x·f in roots (valid for all integers).
@@ -203,7 +199,10 @@ class Z3Ops:
         return out
 
     def _cancel(self, a: Any, b: Any) -> tuple[Any, Any, Any]:
-        """Return (f, x, y) with a = f·x and b = f·y syntactically (f = 1 when no symbolic factor is shared)."""
+        """Return (f, x, y) with a = f·x and b = f·y syntactically, recording the side condition f >= 1.
+
+        f = 1 (and no side condition) when the two share no symbolic factor.
+        """
         fa, rest_b, common = self._factors(a), [], []
         for f in self._factors(b):
             k = next((k for k, g in enumerate(fa) if g.eq(f)), None) if not self.z3.is_int_value(f) else None
@@ -211,6 +210,8 @@ class Z3Ops:
                 rest_b.append(f)
             else:
                 common.append(fa.pop(k))
+        if common:
+            self.side.append(self._product(common) >= 1)
         return self._product(common), self._product(fa), self._product(rest_b)
 
     def _quot_rem(self, a: Any, b: Any) -> tuple[Any, Any]:
@@ -227,7 +228,6 @@ class Z3Ops:
             return z3.If(c, kx, ky), z3.If(c, rx, ry)
         f, x, y = self._cancel(a, b)
         if not (z3.is_int_value(f) and f.as_long() == 1):
-            self.side.append(f >= 1)
             if z3.is_int_value(y) and y.as_long() == 1:
                 return x, z3.IntVal(0)
             k, r = self._quot_rem(x, y)
@@ -254,9 +254,7 @@ class Z3Ops:
         if self.z3.is_app_of(a, self.z3.Z3_OP_ITE):
             c, x, y = a.children()
             return self.z3.If(c, self.cdiv(x, b), self.cdiv(y, b))
-        f, x, y = self._cancel(a, b)
-        if not (self.z3.is_int_value(f) and f.as_long() == 1):
-            self.side.append(f >= 1)
+        _, x, y = self._cancel(a, b)
         return self._quot_rem(x + y - 1, y)[0]
 
     def mod(self, a: Any, b: Any) -> Any:
@@ -308,7 +306,7 @@ class Z3Ops:
         return self._quot_rem(x, d)[1] == 0
 
     def let(self, name: str, value: Any) -> Any:
-        """Return a fresh variable defined equal to value (the definition goes to ``self.defs``)."""
+        """Return a fresh variable defined equal to value (a definition, see ``compute_cone``)."""
         self._fresh += 1
         v = self.z3.Int(f"{name}_{self._fresh}") if not self.z3.is_bool(value) else self.z3.Bool(f"{name}_{self._fresh}")
         self._define((v,), v == value)

@@ -92,7 +92,8 @@ def test_lemma_chain_hypotheses_are_satisfiable():
     """The lemmas assumed by the last step are consistent with the definitions (the chain is not vacuous)."""
     ops = Z3Ops(div_vars=True)
     pre, _, _ = _chain("I-20", (8, 128, 12))(ops)
-    plain, _, _ = ops.compute_cone(pre)
+    ops.opaque = frozenset()  # every definition, the hit's and the tails' included
+    plain, _ = ops.compute_cone(pre)
     s = ops.z3.Solver()
     s.add(pre, *plain, ops.z3.Int("n") == 15000, ops.z3.Int("p") == 15000, ops.z3.Int("s_shared") == 15000)
     assert s.check() == ops.z3.sat
@@ -111,7 +112,7 @@ def test_lemma_claims_hold_on_ints(u, q, d, e, dense, p, n, frac):
 
 def test_legacy_counterexample_command_replays_as_missing_key(capsys):
     from kvspec.checks.cli import main
-    th = next(t for t in compute_theorems() if t.name.startswith("LEGACY-I-20"))
+    th = next(t for t in compute_theorems() if t.name == "LEGACY-I-20")
     v = prove(th)
     argv = format_explain_command(v.model).split()[1:] + ["--json"]
     assert main(argv) == 0
@@ -138,6 +139,21 @@ def test_registry_predicate_is_shared_by_both_backends():
     legacy = compute_closed_witness(IntOps, Params(u=128, q=12, d=8, e=1, dense=0, p=15000, n=15000, s_shared=15000),
                                     legacy=True)
     assert not get_invariant("I-20").predicate(IntOps, legacy)
+
+
+def test_a_divisor_that_can_be_zero_is_refuted_with_quotient_variables():
+    """The quotient definitions must not assume divisor >= 1: the side condition fails instead.
+
+    The outer division's divisor mentions the inner quotient, so the side-condition query sees the
+    inner definition x = k·d + r, 0 <= r < d; unguarded, that alone would force d >= 1.
+    """
+    def build(ops: Z3Ops):
+        z3 = ops.z3
+        x, d = z3.Int("x"), z3.Int("d")
+        return z3.And(x >= 0, d >= 0), ops.floordiv(x, ops.floordiv(x, d) + 1) >= 0, {"x": x, "d": d}
+    v = prove(Theorem(name="DIV-ZERO", statement="d may be 0", build=build, budget_s=5, div_vars=True, split=True,
+                      product_lemmas=True))
+    assert v.answer == "refuted" and v.model["d"] == 0
 
 
 def test_spurious_models_are_not_counterexamples():
