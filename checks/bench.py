@@ -21,13 +21,14 @@ from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
 
-def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576)) -> list[dict[str, Any]]:
-    """Return one row per prompt size: probes, baseline probes, rounds, identical."""
+def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
+                 rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0")) -> list[dict[str, Any]]:
+    """Return one row per rule set and prompt size (identical resend): probes, baseline probes, rounds, identical."""
     from kvspec.impl.lookup import HybridLookup, count_baseline_probes
     g = get_preset("kimi-k3-dcp8")
     rows = []
-    for n in sizes:
-        sc = Scenario(geometry=g, prompt=n, stored=(StoredRequest(prompt=n, shared=n),))
+    for rules, n in ((r, n) for r in rule_sets for n in sizes):
+        sc = Scenario(geometry=g, prompt=n, stored=(StoredRequest(prompt=n, shared=n),), rules=rules)
         spec = evaluate_scenario(sc)
         rounds: list[int] = []
         lk = HybridLookup(g, n)
@@ -36,7 +37,7 @@ def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576)) -> list[
         dt = time.perf_counter() - t0
         probes = lk.probes * g.parallel.dcp  # every rank probes its own keys
         base = count_baseline_probes(g, n)
-        rows.append({"tokens": n, "probes": probes, "baseline_probes": base, "ratio": round(base / probes, 2),
+        rows.append({"rules": rules, "tokens": n, "probes": probes, "baseline_probes": base, "ratio": round(base / probes, 2),
                      "rounds": lk.rounds, "baseline_rounds": 1, "identical": h == spec.hit_length
                      and tuple(tails) == spec.tails, "hit_length": h, "lookup_cpu_s": round(dt, 4)})
     return rows

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.presets import PRESETS, get_preset
+from kvspec.spec.rules import DEFAULT_RULES, RULE_SETS, get_rules
 from kvspec.spec.scenario import (Outcome, Scenario, StoredRequest, decode_objects, decode_scenario, encode_error,
                                   encode_outcome, evaluate_scenario)
 
@@ -68,17 +69,19 @@ def _scenario(args: argparse.Namespace) -> Scenario:
     geometry = _geometry(args)
     if args.prompt is None:
         raise SpecError("scenario", "--prompt N (the lookup request's length) is required")
-    rule = "legacy" if args.legacy_tail_key else "fixed"
+    if args.legacy_tail_key and args.rules not in (None, "legacy"):
+        raise SpecError("rules", f"--legacy-tail-key is --rules legacy; it excludes --rules {args.rules}")
+    rule = get_rules("legacy" if args.legacy_tail_key else (args.rules or DEFAULT_RULES)).name
     if args.stored_json is not None:
         if args.stored_prompt is not None or args.shared is not None:
             raise SpecError("scenario", "--stored-json excludes --stored-prompt and --shared")
         return Scenario(geometry=geometry, prompt=args.prompt, objects=decode_objects(_read_json(args.stored_json)),
-                        rule=rule)
+                        rules=rule)
     if args.stored_prompt is None:
         raise SpecError("scenario", "give --stored-prompt P or --stored-json FILE")
     shared = args.shared if args.shared is not None else min(args.stored_prompt, args.prompt)
     return Scenario(geometry=geometry, prompt=args.prompt,
-                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared),), rule=rule)
+                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared),), rules=rule)
 
 
 def format_table(scenario: Scenario, outcome: Outcome) -> str:
@@ -86,7 +89,7 @@ def format_table(scenario: Scenario, outcome: Outcome) -> str:
     d = encode_outcome(scenario, outcome)
     geo = d["geometry"]
     out = [f"geometry: D={geo['dcp']} u={geo['unit']} L={geo['lcm_span']} fine={geo['fine']} "
-           f"a={geo['alignment']} retention={geo['retention']}  tail rule: {scenario.rule}"]
+           f"a={geo['alignment']} retention={geo['retention']}  rules: {scenario.rules}"]
     out.append("  group  kind       block  span   eagle  stored boundaries (present in E)")
     for g in geo["groups"]:
         ts = [o["boundary"] for o in d["stored"] if o["group"] == g["id"]]
@@ -164,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--prompt", type=int)
     e.add_argument("--shared", type=int)
     e.add_argument("--stored-json", metavar="FILE")
-    e.add_argument("--legacy-tail-key", action="store_true")
+    e.add_argument("--rules", choices=list(RULE_SETS), metavar="NAME",
+                   help=f"rule set: {', '.join(RULE_SETS)} (default {DEFAULT_RULES}, the newest shipped engine)")
+    e.add_argument("--legacy-tail-key", action="store_true", help="alias of --rules legacy (the loader before #53324)")
     e.add_argument("--scenarios", metavar="FILE")
     e.add_argument("--json", action="store_true")
     v = sub.add_parser("verify", help="run the proofs, exhaustive checks and mutants (make verify)")

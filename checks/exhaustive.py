@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
 from kvspec.spec.scenario import Scenario, StoredRequest
-from kvspec.spec.store import compute_rank_objects, compute_store_boundaries, compute_visible
+from kvspec.spec.rules import get_rules
+from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
 
 DCPS = (1, 2, 4, 8)
 UNITS = (1, 2, 4)
@@ -39,35 +40,36 @@ def compute_lengths(g: Geometry, limit_units: int) -> list[int]:
     return sorted(v for v in vals if 0 <= v <= 2 * compute_lcm_span(g) + 2 * u)
 
 
-def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = True) -> Iterator[Scenario]:
+def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = True,
+                      rules: str = "pr53324") -> Iterator[Scenario]:
     """Yield the scenarios of one geometry: prompts near every span boundary, every shared prefix, single evictions."""
     lens = compute_lengths(geometry, limit_units)
     u = geometry.unit
     for p in lens:
         if p >= 1:  # an identical resend, every shared prefix of the scope
             for s in sorted({t for t in lens if t <= p and t % u == 0} | {p}):
-                yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=s),))
+                yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=s),), rules=rules)
         # a longer lookup sharing the whole stored prompt (and one unit more than it could share)
-        yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p),))
+        yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
         if evict and p >= 1:
-            objs = compute_visible(compute_store_boundaries(geometry, p), p)
+            objs = compute_visible(compute_rule_store(get_rules(rules), geometry, p), p)
             last = geometry.parallel.dcp - 1
             for g, t in sorted(objs):
                 yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
-                               evicted=frozenset({(g, t, last)}))
+                               evicted=frozenset({(g, t, last)}), rules=rules)
             if len(objs) > 1:  # an object evicted on every rank
                 g, t = sorted(objs)[len(objs) // 2]
                 yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
-                               evicted=compute_rank_objects(geometry, {(g, t)}))
+                               evicted=compute_rank_objects(geometry, {(g, t)}), rules=rules)
         # two stored requests: the lookup shares a prefix with each
         if p >= 2 * u:
             yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p - u),
-                                                                    StoredRequest(prompt=p + 2 * u, shared=p + u)))
+                                                                    StoredRequest(prompt=p + 2 * u, shared=p + u)), rules=rules)
 
 
 def iterate_all(limit_units: int = 3, evict: bool = True, stride: int = 1, offset: int = 0,
-                dcps: tuple[int, ...] = DCPS) -> Iterator[Scenario]:
+                dcps: tuple[int, ...] = DCPS, rules: str = "pr53324") -> Iterator[Scenario]:
     """Yield every scenario of the scope (geometries offset, offset+stride, ... for parallel workers)."""
     for k, g in enumerate(iterate_geometries(dcps)):
         if k % stride == offset:
-            yield from iterate_scenarios(g, limit_units, evict)
+            yield from iterate_scenarios(g, limit_units, evict, rules)

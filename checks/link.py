@@ -21,7 +21,7 @@ def build_scenario(x: Params, draft: bool = False) -> Scenario:
     groups.append(Group(kind="mamba", block_size=b))
     g = Geometry(unit=x.u, groups=tuple(groups), parallel=Parallel(dcp=x.d),
                  retention="dense" if x.dense else "replay")
-    return Scenario(geometry=g, prompt=x.n, stored=(StoredRequest(prompt=x.p, shared=x.s_shared),))
+    return Scenario(geometry=g, prompt=x.n, stored=(StoredRequest(prompt=x.p, shared=x.s_shared),), rules="pr53324")
 
 
 def compare(x: Params, draft: bool = False) -> str | None:

@@ -16,6 +16,7 @@ from kvspec.spec.invariants import compute_violations
 from kvspec.spec.lookup import (FINDERS, LookupResult, SpecGroup, compute_fixed_point, compute_lookup,
                                 compute_tail_block, compute_tail_boundaries, find_mamba_hit)
 from kvspec.spec.plan import LoadEntry, plan_load
+from kvspec.spec.rules import TAIL_HIT, TAIL_STORED
 from kvspec.spec.scenario import SPEC_STAGES, Scenario, Stages, evaluate_scenario
 from kvspec.spec.store import Obj, RankObj
 from kvspec.spec.types import Boundary, GroupId, Tokens
@@ -25,16 +26,16 @@ def _descale(g: Geometry) -> Geometry:
     return attrs.evolve(g, parallel=Parallel(dcp=1))
 
 
-def _legacy_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = "fixed") -> Any:
-    return compute_tail_boundaries(g, present, n, h, "legacy")
+def _legacy_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = TAIL_STORED, lookahead: int = 0) -> Any:
+    return compute_tail_boundaries(g, present, n, h, TAIL_HIT, lookahead)
 
 
-def _no_dcp_lookup(g: Geometry, present: frozenset[Obj], n: Tokens) -> LookupResult:
-    return compute_lookup(_descale(g), present, n)
+def _no_dcp_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookahead: int = 0) -> LookupResult:
+    return compute_lookup(_descale(g), present, n, lookahead=lookahead)
 
 
-def _no_dcp_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = "fixed") -> Any:
-    return compute_tail_boundaries(_descale(g), present, n, h, rule)
+def _no_dcp_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = TAIL_STORED, lookahead: int = 0) -> Any:
+    return compute_tail_boundaries(_descale(g), present, n, h, rule, lookahead)
 
 
 def _no_dcp_plan(g: Geometry, present: frozenset[Obj], h: Tokens, tails: Any) -> tuple[LoadEntry, ...]:
@@ -82,8 +83,8 @@ def _mamba_margin_finder(g: Geometry, sg: SpecGroup, have: frozenset[Boundary], 
 MAMBA_MARGIN_FINDERS: Mapping[str, Any] = {**FINDERS, "mamba": _mamba_margin_finder}
 
 
-def _mamba_margin_lookup(g: Geometry, present: frozenset[Obj], n: Tokens) -> LookupResult:
-    return compute_lookup(g, present, n, finders=MAMBA_MARGIN_FINDERS)
+def _mamba_margin_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookahead: int = 0) -> LookupResult:
+    return compute_lookup(g, present, n, finders=MAMBA_MARGIN_FINDERS, lookahead=lookahead)
 
 
 def _rank0_present(g: Geometry, rank_objects: Iterable[RankObj]) -> frozenset[Obj]:
@@ -91,17 +92,17 @@ def _rank0_present(g: Geometry, rank_objects: Iterable[RankObj]) -> frozenset[Ob
     return frozenset((gid, t) for gid, t, r in rank_objects if r == 0)
 
 
-def _no_rederive_lookup(g: Geometry, present: frozenset[Obj], n: Tokens) -> LookupResult:
+def _no_rederive_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookahead: int = 0) -> LookupResult:
     """#43494/#49481: a full-prompt hit is not re-derived below N."""
     a = compute_alignment(g)
-    bound = Tokens(n // a * a)
+    bound = Tokens(max(n - lookahead, 0) // a * a)
     if bound <= 0:
         return LookupResult(hit_length=Tokens(0), bound=bound, rederived=False, steps=())
     hit, steps = compute_fixed_point(g, present, bound)
     return LookupResult(hit_length=hit, bound=bound, rederived=False, steps=steps)
 
 
-def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = "fixed") -> Any:
+def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = TAIL_STORED, lookahead: int = 0) -> Any:
     """The tail scan going backwards from h inside the block instead of forwards."""
     if h <= 0:
         return ()

@@ -63,8 +63,11 @@ class RankEngine:
 
     def __init__(self, geometry: Geometry, rank: int, store: MooncakeKV | None, device: torch.device,
                  width: int = 8, model: str = "kvspec-model", cache_prefix: str = "",
-                 all_reduce_min: Callable[[torch.Tensor], None] | None = None) -> None:
+                 all_reduce_min: Callable[[torch.Tensor], None] | None = None, store_rule: str = "pr53324") -> None:
+        if store_rule not in STORE_RULES:
+            raise ValueError(f"unknown store rule {store_rule!r} (known: {', '.join(STORE_RULES)})")
         self.g = geometry
+        self.store_rule = store_rule
         self.rank = rank
         self.store = store
         self.device = device
@@ -100,10 +103,21 @@ class RankEngine:
         u = self.g.unit
         return n_prompt // u * u - (u if any(x.eagle for x in self.g.groups) else 0)
 
+    def checkpoint(self, n_prompt: int) -> int:
+        """Return vLLM 0.33.0's prompt checkpoint: the last a-boundary below the prompt, one a lower under EAGLE."""
+        a = compute_alignment(self.g)
+        if any(x.eagle for x in self.g.groups):
+            return max(n_prompt // a * a - a, 0)
+        return max((n_prompt - 1) // a * a, 0)
+
+    def sub_block_state(self, n_prompt: int) -> int:
+        """Return the position of the one Mamba state this request keeps off the block grid (0: none)."""
+        return self.checkpoint(n_prompt) if self.store_rule == "vllm-0.33.0" else max(self.tail_boundary(n_prompt), 0)
+
     def prefill(self, tokens: Sequence[int], kv: RequestKV) -> None:
         """Compute the KV of every position this rank owns, the Mamba state at every block end and at the tail T."""
         n = len(tokens)
-        tail = self.tail_boundary(n)
+        tail = self.sub_block_state(n)
         for i, gr in enumerate(self.g.groups):
             if gr.kind == "attention":
                 values = self.model.attention_kv(tokens, i, draft=gr.eagle)
@@ -121,7 +135,46 @@ class RankEngine:
 
     # ---------------------------------------------------------------- store
     def plan_objects(self, n_prompt: int) -> list[Obj]:
-        """Return the objects this request stores (this implementation's reading of the store rule)."""
+        """Return the objects this request stores under the engine's store rule."""
+        return STORE_RULES[self.store_rule](self, n_prompt)
+
+    def _objects_vllm(self, n_prompt: int) -> list[Obj]:
+        """Return the objects of one prompt as vLLM 0.33.0's connector stores them (this implementation's reading).
+
+        Attention: every whole scheduler block; in partial-hit mode also the blocks from the last whole
+        scheduler block up to the checkpoint plus the EAGLE proof margin, each keyed at its end clipped
+        there.  Mamba: the states retention keeps (dense: every block end; replay: the replay points)
+        and the state at the checkpoint.
+        """
+        g, u = self.g, self.g.unit
+        lcm, a = compute_lcm_span(g), compute_alignment(g)
+        eagle = any(x.eagle for x in g.groups)
+        c = self.checkpoint(n_prompt)
+        partial = is_fine(g) and a < lcm
+        objs: set[Obj] = set()
+        for i, gr in enumerate(g.groups):
+            s = self.spans[i]
+            if gr.kind == "attention":
+                objs.update((i, k) for k in range(s, n_prompt // lcm * lcm + 1, s))
+                spec_eagle = any(x.eagle for x in g.groups if (x.kind, x.block_size) == ("attention", gr.block_size))
+                margin = (u if s > u else s) if spec_eagle else 0
+                end = c + margin
+                if partial and c > 0 and end <= n_prompt:
+                    objs.update((i, min((blk + 1) * s, end)) for blk in range(c // lcm * lcm // s, (end + s - 1) // s))
+                continue
+            b = gr.block_size
+            if g.retention == "dense":
+                objs.update((i, t) for t in range(b, n_prompt + 1, b))
+            else:
+                points = ([(n_prompt - 1) // lcm * lcm - lcm, n_prompt // lcm * lcm - lcm] if eagle
+                          else [n_prompt - 1])
+                objs.update((i, p // a * a // b * b) for p in points if p // a * a // b * b > 0)
+            if c > 0:
+                objs.add((i, c))
+        return sorted(objs)
+
+    def _objects_pr53324(self, n_prompt: int) -> list[Obj]:
+        """Return the objects one prompt stores under PR #53324's rule (this implementation's reading)."""
         g = self.g
         full = n_prompt // compute_lcm_span(g) * compute_lcm_span(g)
         tail = self.tail_boundary(n_prompt)
@@ -301,3 +354,9 @@ class RankEngine:
                 compared += a.numel() * 4
                 wrong += a.numel() * 4 if bool((a.view(torch.int32) != b.view(torch.int32)).any()) else 0
         return compared, wrong, lookahead
+
+
+STORE_RULES: dict[str, Callable[[RankEngine, int], list[Obj]]] = {
+    "pr53324": RankEngine._objects_pr53324,
+    "vllm-0.33.0": RankEngine._objects_vllm,
+}

@@ -67,7 +67,8 @@ def main(argv: list[str]) -> int:
     try:
         for sc in job["scenarios"]:
             eng = RankEngine(geometry, rank, store, device, width=job.get("width", 8), model=job["model"],
-                             cache_prefix=sc["prefix"], all_reduce_min=all_reduce_min)
+                             cache_prefix=sc["prefix"], all_reduce_min=all_reduce_min,
+                             store_rule="vllm-0.33.0" if sc["rules"] == "vllm-0.33.0" else "pr53324")
             u = geometry.unit
             base = make_tokens(sc["seed"], sc["prompt"])
             res: dict[str, Any] = {"stores": []}
@@ -86,7 +87,7 @@ def main(argv: list[str]) -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
             dist.barrier()
             chain = compute_hash_chain(base, u)
-            look = eng.lookup(chain, sc["prompt"], legacy=sc["rule"] == "legacy")
+            look = eng.lookup(chain, sc["prompt"], legacy=sc["rules"] == "legacy")
             res.update(hit=look["hit"], tails=look["tails"], rounds=look["rounds"], probes=look["probes"],
                        lookup_error=look["error"])
             # fault injection: objects removed (forced) from this rank's keys between lookup and load
@@ -164,7 +165,8 @@ def serve(argv: list[str]) -> int:
             if cmd["op"] == "quit":
                 break
             eng = RankEngine(geometry, rank, store, device, width=job.get("width", 4), model=job["model"],
-                             cache_prefix=cmd.get("prefix", ""), all_reduce_min=all_reduce_min)
+                             cache_prefix=cmd.get("prefix", ""), all_reduce_min=all_reduce_min,
+                             store_rule=job.get("store_rule", "pr53324"))
             ans: dict[str, Any] = {}
             if cmd["op"] == "store":
                 toks = cmd["tokens"]

@@ -11,6 +11,7 @@ import attrs
 
 from .errors import SpecError
 from .geometry import Geometry, compute_alignment, compute_span, is_fine
+from .rules import TAIL_HIT, TAIL_STORED
 from .store import Obj
 from .types import Boundary, GroupId, Tokens
 
@@ -173,10 +174,11 @@ def compute_fixed_point(geometry: Geometry, present: frozenset[Obj], max_len: To
 
 
 def compute_lookup(geometry: Geometry, present: frozenset[Obj], prompt: Tokens,
-                   finders: Mapping[str, Finder] = FINDERS, cap: Tokens | None = None) -> LookupResult:
-    """Return the hit length h for a request of N tokens: bound ⌊N/a⌋·a (and <= cap), re-derived below N when h >= N."""
+                   finders: Mapping[str, Finder] = FINDERS, cap: Tokens | None = None,
+                   lookahead: int = 0) -> LookupResult:
+    """Return the hit length h for N tokens: bound ⌊(N − λ)/a⌋·a (and <= cap), re-derived below N when h >= N."""
     a = compute_alignment(geometry)
-    bound = Tokens(min(prompt, cap if cap is not None else prompt) // a * a)
+    bound = Tokens(max(min(prompt - lookahead, cap if cap is not None else prompt), 0) // a * a)
     if bound <= 0:
         return LookupResult(hit_length=Tokens(0), bound=bound, rederived=False, steps=())
     hit, steps = compute_fixed_point(geometry, present, bound, finders=finders)
@@ -195,12 +197,12 @@ def compute_tail_block(span: Tokens, hit: Tokens) -> int:
 
 
 def compute_tail_boundary(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, hit: Tokens,
-                          group: GroupId, rule: str = "fixed") -> Boundary:
-    """Return B_g: h if (g, h) is present, else the smallest present unit boundary after h inside block c (legacy: h)."""
-    if rule == "legacy" or (group, hit) in present:
+                          group: GroupId, rule: str = TAIL_STORED, lookahead: int = 0) -> Boundary:
+    """Return B_g: h if (g, h) is present, else the smallest present unit boundary in (h, min((c+1)·s, ⌊(N−λ)/u⌋·u)] (legacy: h)."""
+    if rule == TAIL_HIT or (group, hit) in present:
         return Boundary(hit)
     u, s = geometry.unit, compute_span(geometry, group)
-    top = min((compute_tail_block(s, hit) + 1) * s, prompt // u * u)
+    top = min((compute_tail_block(s, hit) + 1) * s, max(prompt - lookahead, 0) // u * u)
     found = [t for g, t in present if g == group and hit < t <= top and t % u == 0]
     if not found:
         raise SpecError(RULE_TAIL_MISSING, f"no stored tail key for group {group} at hit length {hit}")
@@ -208,9 +210,9 @@ def compute_tail_boundary(geometry: Geometry, present: frozenset[Obj], prompt: T
 
 
 def compute_tail_boundaries(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, hit: Tokens,
-                            rule: str = "fixed") -> tuple[tuple[GroupId, Boundary], ...]:
+                            rule: str = TAIL_STORED, lookahead: int = 0) -> tuple[tuple[GroupId, Boundary], ...]:
     """Return (g, B_g) for every group when h > 0, else ()."""
     if hit <= 0:
         return ()
-    return tuple((GroupId(g), compute_tail_boundary(geometry, present, prompt, hit, GroupId(g), rule))
+    return tuple((GroupId(g), compute_tail_boundary(geometry, present, prompt, hit, GroupId(g), rule, lookahead))
                  for g in range(len(geometry.groups)))

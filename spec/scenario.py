@@ -15,13 +15,13 @@ from .errors import SpecError, require
 from .geometry import (Geometry, Group, Parallel, compute_alignment, compute_lcm_span, compute_span, is_fine)
 from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
 from .plan import LoadEntry, plan_load
-from .store import (Obj, RankObj, compute_present, compute_rank_objects, compute_store_boundaries,
-                    compute_visible)
-from .types import TAIL_RULES, Boundary, GroupId, Tokens
+from .rules import DEFAULT_RULES, RuleSet, check_config, get_rules
+from .store import Obj, RankObj, compute_present, compute_rank_objects, compute_rule_store, compute_visible
+from .types import Boundary, GroupId, Tokens
 
 RULE_SCENARIO = "scenario"
 RULE_STORED = "stored-object"
-RESULT_VERSION = 1
+RESULT_VERSION = 2  # 2: "rules" (a rule set name) replaces "rule"
 
 
 def _int(x: object, what: str, lo: int = 0, rule: str = RULE_SCENARIO) -> int:
@@ -47,11 +47,11 @@ class Scenario:
     stored: tuple[StoredRequest, ...] = ()
     objects: frozenset[Obj] | None = None  # explicit present objects instead of stored requests
     evicted: frozenset[RankObj] = frozenset()
-    rule: str = "fixed"
+    rules: str = DEFAULT_RULES
 
     def __attrs_post_init__(self) -> None:
         _int(self.prompt, "prompt", 1)
-        require(self.rule in TAIL_RULES, RULE_SCENARIO, f"unknown tail rule {self.rule!r}")
+        check_config(get_rules(self.rules), self.geometry)
         for r in self.stored:
             _int(r.prompt, "stored prompt", 0)
             _int(r.shared, "shared", 0)
@@ -72,7 +72,7 @@ class Scenario:
 class Stages:
     """The spec's stage functions; mutants (checks/mutants.py) replace exactly one."""
 
-    store: Callable[[Geometry, Tokens], frozenset[Obj]] = compute_store_boundaries
+    store: Callable[[RuleSet, Geometry, Tokens], frozenset[Obj]] = compute_rule_store
     present: Callable[[Geometry, frozenset[RankObj]], frozenset[Obj]] = compute_present
     lookup: Callable[[Geometry, frozenset[Obj], Tokens], LookupResult] = compute_lookup
     tails: Callable[..., tuple[tuple[GroupId, Boundary], ...]] = compute_tail_boundaries
@@ -100,22 +100,22 @@ class Outcome:
 
 def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[RankObj]:
     """Return every rank shard the lookup request can name, before evictions."""
-    g = scenario.geometry
+    g, rules = scenario.geometry, get_rules(scenario.rules)
     if scenario.objects is not None:
         return compute_rank_objects(g, scenario.objects)
     objs: set[Obj] = set()
     for r in scenario.stored:
-        objs |= compute_visible(stages.store(g, Tokens(r.prompt)), Tokens(r.shared))
+        objs |= compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared))
     return compute_rank_objects(g, objs)
 
 
 def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES) -> Outcome:
     """Return the outcome of a scenario; a violated rule during lookup is reported, not raised."""
-    g, n = scenario.geometry, Tokens(scenario.prompt)
+    g, n, rules = scenario.geometry, Tokens(scenario.prompt), get_rules(scenario.rules)
     present = stages.present(g, compute_stored_objects(scenario, stages) - scenario.evicted)
-    look = stages.lookup(g, present, n)
+    look = stages.lookup(g, present, n, lookahead=rules.lookahead)
     try:
-        tails = stages.tails(g, present, n, look.hit_length, scenario.rule)
+        tails = stages.tails(g, present, n, look.hit_length, rules.tail_key, rules.lookahead)
     except SpecError as err:
         return Outcome(present=present, lookup=look, tails=(), load=(), error=err)
     return Outcome(present=present, lookup=look, tails=tails,
@@ -139,7 +139,7 @@ def encode_outcome(scenario: Scenario, outcome: Outcome) -> dict[str, Any]:
     return {
         "version": RESULT_VERSION,
         "geometry": encode_geometry(scenario.geometry),
-        "rule": scenario.rule,
+        "rules": scenario.rules,
         "prompt": scenario.prompt,
         "stored": [{"group": gid, "boundary": t} for gid, t in sorted(outcome.present)],
         "hit_length": outcome.hit_length,
@@ -157,7 +157,7 @@ def encode_error(err: SpecError) -> dict[str, Any]:
 
 
 _SCENARIO_KEYS = {"dcp", "unit", "groups", "retention", "stored_prompt", "stored", "prompt", "shared", "legacy",
-                  "interleave", "pcp"}
+                  "interleave", "pcp", "rules"}
 
 
 def decode_objects(raw: object) -> frozenset[Obj]:
@@ -192,15 +192,17 @@ def decode_scenario(raw: Mapping[str, Any]) -> Scenario:
                         retention=raw.get("retention", "replay"))
     legacy = raw.get("legacy", False)
     require(isinstance(legacy, bool), RULE_SCENARIO, f"legacy must be true or false, got {legacy!r}")
+    require(not (legacy and "rules" in raw and raw["rules"] != "legacy"), RULE_SCENARIO,
+            f"legacy: true is the rule set 'legacy', but rules is {raw.get('rules')!r}")
+    rules = get_rules(raw.get("rules", "legacy" if legacy else DEFAULT_RULES)).name
     require("prompt" in raw, RULE_SCENARIO, "prompt (the lookup request's length) is required")
     n = _int(raw["prompt"], "prompt", 1)
     has_p, has_s = "stored_prompt" in raw, "stored" in raw
     require(has_p != has_s, RULE_SCENARIO, "give exactly one of stored_prompt and stored")
-    rule = "legacy" if legacy else "fixed"
     if has_s:
         require("shared" not in raw, RULE_SCENARIO, "shared applies to stored_prompt only")
-        return Scenario(geometry=geometry, prompt=n, objects=decode_objects(raw["stored"]), rule=rule)
+        return Scenario(geometry=geometry, prompt=n, objects=decode_objects(raw["stored"]), rules=rules)
     p = _int(raw["stored_prompt"], "stored_prompt", 0)
     s = raw.get("shared", min(p, n))
     return Scenario(geometry=geometry, prompt=n, stored=(StoredRequest(prompt=p, shared=_int(s, "shared", 0)),),
-                    rule=rule)
+                    rules=rules)

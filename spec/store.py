@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
-from .geometry import (Geometry, compute_group_ids, compute_lcm_span, compute_ranks, compute_span,
+from .geometry import (Geometry, compute_alignment, compute_group_ids, compute_lcm_span, compute_ranks, compute_span,
                        has_eagle, is_fine)
+from .rules import STORE_VLLM_0_33, RuleSet
 from .types import Boundary, GroupId, Rank, Tokens
 
 Obj = tuple[GroupId, Boundary]  # a (group, boundary) object, all ranks
@@ -97,3 +98,80 @@ def compute_present(geometry: Geometry, rank_objects: Iterable[RankObj]) -> froz
     for g, t, r in rank_objects:
         seen.setdefault((g, t), set()).add(r)
     return frozenset(o for o, rs in seen.items() if rs >= ranks)
+
+
+# ---------------------------------------------------------------- vLLM 0.33.0's store rule
+
+def compute_hashed_length(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> Tokens:
+    """Return ⌊(P − λ)/u⌋·u, the last boundary with a hash when each hash covers λ tokens past its unit."""
+    u = geometry.unit
+    return Tokens(max(prompt - lookahead, 0) // u * u)
+
+
+def compute_checkpoint(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> Tokens:
+    """Return C = max(⌊P/a⌋·a − a, 0) with EAGLE, else max(⌊(P − max(1, λ))/a⌋·a, 0): the prompt's Mamba checkpoint."""
+    a = compute_alignment(geometry)
+    if has_eagle(geometry):
+        return Tokens(max(prompt // a * a - a, 0))
+    return Tokens(max(prompt - max(1, lookahead), 0) // a * a)
+
+
+def compute_proof_margin(geometry: Geometry, group: GroupId) -> Tokens:
+    """Return the EAGLE proof margin of an attention group: u when fine and s > u, else s; 0 outside an EAGLE spec group."""
+    g = geometry.groups[group]
+    same = [h for h in geometry.groups if h.kind == g.kind and h.block_size == g.block_size]
+    if g.kind != "attention" or not any(h.eagle for h in same):
+        return Tokens(0)
+    s, u = compute_span(geometry, group), geometry.unit
+    return Tokens(u if is_partial(geometry) and s > u else s)
+
+
+def is_partial(geometry: Geometry) -> bool:
+    """Return whether hits land below the scheduler block (fine mode and a < L): the connector's partial hits."""
+    return is_fine(geometry) and compute_alignment(geometry) < compute_lcm_span(geometry)
+
+
+def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens) -> tuple[Boundary, ...]:
+    """Return the Mamba states replay retention keeps: each replay boundary aligned down to a, then to b (> 0 only)."""
+    a, lcm, b = compute_alignment(geometry), compute_lcm_span(geometry), geometry.groups[group].block_size
+    if has_eagle(geometry):
+        points = (max((prompt - 1) // lcm * lcm - lcm, 0), max(prompt // lcm * lcm - lcm, 0))
+    else:
+        points = (max(prompt - 1, 0),)
+    return tuple(sorted({Boundary(p // a * a // b * b) for p in points} - {Boundary(0)}))
+
+
+@functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
+def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> frozenset[Obj]:
+    """Return every (group, boundary) object one request of P tokens stores under vLLM 0.33.0's connector."""
+    hashed = compute_hashed_length(geometry, prompt, lookahead)
+    full = min(compute_full_boundary(geometry, prompt), hashed)
+    c = compute_checkpoint(geometry, prompt, lookahead)
+    has_c = 0 < c <= hashed
+    lcm = compute_lcm_span(geometry)
+    out: set[Obj] = set()
+    for gid, g in enumerate(geometry.groups):
+        gi = GroupId(gid)
+        if g.kind == "attention":
+            s = compute_span(geometry, gi)
+            out.update((gi, Boundary(k * s)) for k in range(1, full // s + 1))
+            end = c + compute_proof_margin(geometry, gi)
+            if has_c and is_partial(geometry) and end <= min(prompt, hashed):
+                for i in range(c // lcm * lcm // s, -(-end // s)):
+                    out.add((gi, Boundary(min((i + 1) * s, end))))
+            continue
+        b = g.block_size
+        if geometry.retention == "dense":
+            out.update((gi, Boundary(k * b)) for k in range(1, min(prompt, hashed) // b + 1))
+        else:
+            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt) if t <= hashed)
+        if has_c:
+            out.add((gi, Boundary(c)))
+    return frozenset(out)
+
+
+def compute_rule_store(rules: RuleSet, geometry: Geometry, prompt: Tokens) -> frozenset[Obj]:
+    """Return the objects one request of P tokens stores under a rule set's store rule."""
+    if rules.store == STORE_VLLM_0_33:
+        return compute_store_boundaries_vllm(geometry, prompt, rules.lookahead)
+    return compute_store_boundaries(geometry, prompt)

@@ -11,7 +11,8 @@ from kvspec.spec.geometry import Geometry
 from kvspec.spec.keys import compute_hash_chain, render_key
 from kvspec.spec.plan import plan_load_keys, plan_store_keys
 from kvspec.spec.scenario import Scenario, evaluate_scenario
-from kvspec.spec.store import compute_store_boundaries
+from kvspec.spec.rules import get_rules
+from kvspec.spec.store import compute_rule_store
 
 MODEL = "kvspec-live"
 _ids = itertools.count()
@@ -36,9 +37,10 @@ def build_job(master: str, scenarios: list[Scenario], tag: str,
         for k, r in enumerate(sc.stored):
             toks = request_tokens(base, seed * 1000 + k + 1, r.prompt, r.shared)
             chain = compute_hash_chain(toks, g.unit)
-            for rank, key in plan_store_keys(g, sorted(compute_store_boundaries(g, r.prompt)), chain, MODEL, prefix):
+            for rank, key in plan_store_keys(g, sorted(compute_rule_store(get_rules(sc.rules), g, r.prompt)), chain, MODEL,
+                                         prefix):
                 predicted.setdefault(str(rank), []).append(render_key(key))
-        out.append({"seed": seed, "prefix": prefix, "prompt": sc.prompt, "rule": sc.rule,
+        out.append({"seed": seed, "prefix": prefix, "prompt": sc.prompt, "rules": sc.rules,
                     "stored": [{"prompt": r.prompt, "shared": r.shared} for r in sc.stored],
                     "predicted_keys": predicted,
                     "evict_after_lookup": (evict_after_lookup or [{}] * len(scenarios))[len(out)]})

@@ -6,9 +6,11 @@ from hypothesis import strategies as st
 
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
 from kvspec.spec.scenario import Scenario, StoredRequest
-from kvspec.spec.store import compute_rank_objects, compute_store_boundaries, compute_visible
+from kvspec.spec.rules import get_rules
+from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
 
 DCPS = (1, 2, 4, 8, 16)
+SAFE_RULES = ("pr53324", "vllm-0.33.0")  # the rule sets every safety invariant holds for
 
 
 @st.composite
@@ -31,8 +33,9 @@ def geometries(draw: st.DrawFn, max_unit: int = 256, max_q: int = 16) -> Geometr
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, rule: str = "fixed", max_blocks: int = 6, evict: bool = True) -> Scenario:
-    """Draw a geometry, 1-3 stored requests sharing random prefixes with one lookup, and random evictions."""
+def scenarios(draw: st.DrawFn, rules: str | None = None, max_blocks: int = 6, evict: bool = True) -> Scenario:
+    """Draw a rule set (unless given), a geometry, 1-3 stored requests sharing random prefixes, random evictions."""
+    rules = rules or draw(st.sampled_from(SAFE_RULES))
     g = draw(geometries())
     lcm = compute_lcm_span(g)
     top = min(10**6, max_blocks * lcm)
@@ -49,11 +52,11 @@ def scenarios(draw: st.DrawFn, rule: str = "fixed", max_blocks: int = 6, evict: 
     if evict:
         objs = set()
         for r in stored:
-            objs |= compute_visible(compute_store_boundaries(g, r.prompt), r.shared)
+            objs |= compute_visible(compute_rule_store(get_rules(rules), g, r.prompt), r.shared)
         shards = sorted(compute_rank_objects(g, objs))
         if shards and draw(st.booleans()):
             evicted = frozenset(draw(st.lists(st.sampled_from(shards), max_size=4)))
-    return Scenario(geometry=g, prompt=n, stored=tuple(stored), evicted=evicted, rule=rule)
+    return Scenario(geometry=g, prompt=n, stored=tuple(stored), evicted=evicted, rules=rules)
 
 
 @st.composite

@@ -68,7 +68,7 @@ def test_fuzzed_scenario_objects_give_error_objects(value):
 def test_scenarios_file_with_garbage_lines(tmp_path):
     lines = ["", "[]", "null", '{"prompt": 5}', '{"groups": [], "prompt": 5, "stored_prompt": 5}',
              '{"groups": [{"kind": "mamba", "block_size": 4}], "prompt": 5, "stored_prompt": 5, "evil": 1}',
-             "\u00ff\u00fe garbage", '{"groups": [{"kind": "mamba", "block_size": 4}], "prompt": 9, "stored_prompt": 9}']
+             "\u00ff\u00fe garbage", '{"groups": [{"kind": "mamba", "block_size": 4}], "unit": 4, "prompt": 9, "stored_prompt": 9}']
     f = tmp_path / "s.jsonl"
     f.write_text("\n".join(lines))
     p = subprocess.run([sys.executable, "-m", "kvspec.checks", "explain", "--scenarios", str(f)],

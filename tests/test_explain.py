@@ -11,7 +11,8 @@ import pytest
 
 from kvspec.checks.cli import main
 
-EXAMPLE = ["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "15000", "--prompt", "15000"]
+SHIPPED = ["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "15000", "--prompt", "15000"]
+EXAMPLE = [*SHIPPED, "--rules", "pr53324"]
 
 
 def run_json(capsys, *argv):
@@ -36,8 +37,28 @@ def test_worked_example(capsys):
     assert d["error"] is None
 
 
+def test_worked_example_shipped_engine_is_the_default(capsys):
+    d = run_json(capsys, *SHIPPED)
+    assert d["rules"] == "vllm-0.33.0"
+    # 0.33.0 publishes the attention tail up to the checkpoint 14848 plus the EAGLE proof margin (one unit)
+    assert by_group(d["stored"], 0) == [12288, 14976] and by_group(d["stored"], 1) == [14848]
+    assert d["hit_length"] == 14848
+    assert d["tail_boundaries"] == [{"group": 0, "boundary": 14976}, {"group": 1, "boundary": 14848}]
+    assert [(e["group"], e["block"], e["key_boundary"], e["present"]) for e in d["load"]] == \
+        [(0, 0, 12288, True), (0, 1, 14976, True), (1, 9, 14848, True)]
+
+
+def test_legacy_tail_key_is_an_alias_of_rules_legacy(capsys):
+    a = run_json(capsys, *SHIPPED, "--legacy-tail-key")
+    b = run_json(capsys, *SHIPPED, "--rules", "legacy")
+    assert a == b and a["rules"] == "legacy"
+    with pytest.raises(SystemExit) as ei:
+        main([*SHIPPED, "--legacy-tail-key", "--rules", "pr53324"])
+    assert ei.value.code == 2
+
+
 def test_worked_example_legacy(capsys):
-    d = run_json(capsys, *EXAMPLE, "--legacy-tail-key")
+    d = run_json(capsys, *EXAMPLE[:-2], "--legacy-tail-key")
     assert d["hit_length"] == 13824
     tail = d["load"][1]
     assert (tail["group"], tail["block"], tail["key_boundary"], tail["present"]) == (0, 1, 13824, False)
@@ -46,7 +67,7 @@ def test_worked_example_legacy(capsys):
 def test_worked_example_with_draft_group(capsys):
     d = run_json(capsys, "explain", "--dcp", "8", "--unit", "128", "--group", "attention:1536",
                  "--group", "attention:1536:eagle", "--group", "mamba:1536", "--stored-prompt", "15000",
-                 "--prompt", "15000")
+                 "--prompt", "15000", "--rules", "pr53324")
     assert d["hit_length"] == 13824
     assert d["tail_boundaries"] == [{"group": 0, "boundary": 14848}, {"group": 1, "boundary": 14848},
                                     {"group": 2, "boundary": 13824}]

@@ -66,12 +66,21 @@ def test_retries_are_bounded():
 
 def test_worked_example_attention_tail_failure_falls_back_to_0():
     g = get_preset("kimi-k3-dcp8")
-    sc = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),))
+    sc = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),), rules="pr53324")
     out = evaluate_scenario(sc)
     ok = [True, False, True]  # attention block 1 (key H_14848) evicted between lookup and load
     # attention loaded [0, 12288); the only Mamba states are 13824 and 14848: nothing stored below 12288
     assert compute_safe_boundary(g, out.present, out.hit_length, out.load, ok) == 0
     assert compute_safe_boundary(g, out.present, out.hit_length, out.load, [True, True, True]) == 13824
+
+
+def test_shipped_engine_attention_tail_failure_falls_back_to_0():
+    g = get_preset("kimi-k3-dcp8")
+    sc = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),), rules="vllm-0.33.0")
+    out = evaluate_scenario(sc)
+    # vLLM 0.33.0 keeps one Mamba state (14848, the checkpoint): losing attention block 1 (H_14976) leaves nothing
+    assert compute_safe_boundary(g, out.present, out.hit_length, out.load, [True, False, True]) == 0
+    assert compute_safe_boundary(g, out.present, out.hit_length, out.load, [True, True, True]) == 14848
 
 
 def test_closure_mutants_are_caught():

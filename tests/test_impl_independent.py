@@ -33,7 +33,7 @@ def test_impl_imports_only_geometry_keys_and_types_from_the_spec():
 
 def _impl(sc: Scenario, spec_present):
     lk = HybridLookup(sc.geometry, sc.prompt)
-    h, tails = lk.run(lambda objs: {o for o in objs if o in spec_present}, legacy=sc.rule == "legacy")
+    h, tails = lk.run(lambda objs: {o for o in objs if o in spec_present}, legacy=sc.rules == "legacy")
     return h, tails, lk
 
 
@@ -59,5 +59,5 @@ def test_impl_probes_far_fewer_keys_on_kimi():
     rows = bench_lookup((32_768, 131_072, 1_048_576))
     for r in rows:
         assert r["identical"] and r["rounds"] <= 3 and r["probes"] < r["baseline_probes"], r
-        if r["tokens"] >= 131_072:
+        if r["tokens"] >= 131_072 and r["rules"] == "pr53324":
             assert r["ratio"] >= 10, r

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.presets import get_preset
-from kvspec.spec.scenario import Scenario, StoredRequest
+from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
 from .conftest import require
 from .live import build_job, compare
@@ -38,24 +38,28 @@ def scaled(dcp: int, eagle: bool = True, retention: str = "replay", draft: bool 
 def test_worked_example_scaled_dcp2(master, tmp_path):
     """The #53324 shape scaled down (u=4, b=16, D=2): fixed rule loads, legacy gets -704 from the real store."""
     g = scaled(2)
-    fixed = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),))
-    legacy = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rule="legacy")
-    totals = run(master, [fixed, legacy], tmp_path, "example-d2")
+    fixed = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")
+    shipped = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="vllm-0.33.0")
+    legacy = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="legacy")
+    assert (evaluate_scenario(fixed).hit_length, evaluate_scenario(shipped).hit_length) == (48, 52)
+    totals = run(master, [fixed, shipped, legacy], tmp_path, "example-d2")
     assert totals["bytes_compared"] > 0 and totals["bytes_wrong"] == 0
     assert totals["minus704"] == 2  # the legacy attention tail block, on each of the 2 ranks
 
 
 
 
+@pytest.mark.parametrize("rules", ["pr53324", "vllm-0.33.0"])
 @pytest.mark.parametrize("dcp,retention,draft", [(2, "replay", False), (4, "dense", True)])
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(data=st.data())
-def test_differential_hypothesis(master, tmp_path_factory, dcp, retention, draft, data):
+def test_differential_hypothesis(master, tmp_path_factory, dcp, retention, draft, rules, data):
     """Hypothesis-generated scenarios (prompts, shared prefixes, several stored requests, EAGLE on/off)."""
     eagle = data.draw(st.booleans(), label="eagle")
     g = scaled(dcp, eagle=eagle, retention=retention, draft=draft)
     # one scenario that always hits (an identical resend), then drawn ones
-    scs = [Scenario(geometry=g, prompt=57 + 8 * dcp, stored=(StoredRequest(prompt=57 + 8 * dcp, shared=57 + 8 * dcp),))]
+    scs = [Scenario(geometry=g, prompt=57 + 8 * dcp, stored=(StoredRequest(prompt=57 + 8 * dcp, shared=57 + 8 * dcp),),
+                    rules=rules)]
     for _ in range(7):
         n = data.draw(st.one_of(st.integers(1, 150), st.integers(30, 150)), label="prompt")
         stored = []
@@ -63,8 +67,8 @@ def test_differential_hypothesis(master, tmp_path_factory, dcp, retention, draft
             p = data.draw(st.one_of(st.just(n), st.integers(n, n + 40), st.integers(0, 150)), label="stored prompt")
             s = data.draw(st.one_of(st.just(min(p, n)), st.integers(0, min(p, n))), label="shared")
             stored.append(StoredRequest(prompt=p, shared=s))
-        scs.append(Scenario(geometry=g, prompt=n, stored=tuple(stored)))
-    totals = run(master, scs, tmp_path_factory.mktemp("drt"), f"drt-d{dcp}")
+        scs.append(Scenario(geometry=g, prompt=n, stored=tuple(stored), rules=rules))
+    totals = run(master, scs, tmp_path_factory.mktemp("drt"), f"drt-d{dcp}-{rules}")
     assert totals["bytes_compared"] > 0 and totals["bytes_wrong"] == 0
 
 
@@ -72,7 +76,9 @@ def test_differential_hypothesis(master, tmp_path_factory, dcp, retention, draft
 def test_worked_example_kimi_dcp8(master, tmp_path):
     """The full kimi-k3-dcp8 geometry on 8 rank processes; legacy tail load is -704 on every rank."""
     g = get_preset("kimi-k3-dcp8")
-    fixed = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),))
-    legacy = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),), rule="legacy")
-    totals = run(master, [fixed, legacy], tmp_path, "kimi-d8")
+    fixed = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),), rules="pr53324")
+    shipped = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),),
+                       rules="vllm-0.33.0")
+    legacy = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),), rules="legacy")
+    totals = run(master, [fixed, shipped, legacy], tmp_path, "kimi-d8")
     assert totals["bytes_wrong"] == 0 and totals["minus704"] == 8

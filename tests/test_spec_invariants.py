@@ -42,7 +42,7 @@ def test_legacy_rule_fails_I20_with_shrunk_counterexample():
         out = evaluate_scenario(sc)
         return "I-20" in compute_violations(sc, out)
 
-    found = find(scenarios(rule="legacy", evict=False), breaks,
+    found = find(scenarios(rules="legacy", evict=False), breaks,
                  settings=settings(max_examples=2000, database=None, phases=[Phase.generate, Phase.shrink]))
     out = evaluate_scenario(found)
     bad = [e for e in out.load if not e.present]
@@ -52,7 +52,7 @@ def test_legacy_rule_fails_I20_with_shrunk_counterexample():
 
 
 def test_legacy_breaks_the_worked_example_and_fixed_does_not():
-    legacy = Scenario(geometry=KIMI.geometry, prompt=15000, stored=KIMI.stored, rule="legacy")
+    legacy = Scenario(geometry=KIMI.geometry, prompt=15000, stored=KIMI.stored, rules="legacy")
     assert compute_violations(legacy, evaluate_scenario(legacy)) == ("I-19", "I-20")
     assert compute_violations(KIMI, evaluate_scenario(KIMI)) == ()
 

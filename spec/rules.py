@@ -1,0 +1,113 @@
+"""Rule sets: named, versioned variants of the spec, each a delta over its predecessor.
+
+Like a consensus spec's forks: ``legacy`` (the loader before vLLM PR #53324), ``pr53324`` (the
+PR's rules and its worked table) and ``vllm-0.33.0`` (what the shipped engine's connector does).
+A rule set is one frozen value; the stages that differ between rule sets dispatch on its fields
+(store rule, tail key, configuration refusals, hash lookahead), nothing else.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .errors import SpecError, require
+from .geometry import Geometry, GroupId, compute_span
+
+RULE_RULES = "rules"
+RULE_VLLM_UNIT = "vllm-prefix-match-unit"
+
+STORE_PR53324 = "pr53324"  # T = ⌊P/u⌋·u − e·u; tail only when T is off some Mamba block; replay keeps R
+STORE_VLLM_0_33 = "vllm-0.33.0"  # checkpoint C, attention published to C + proof margin, replay boundaries
+
+TAIL_STORED = "stored"  # the tail block's key is the boundary it was stored at (B_g)
+TAIL_HIT = "hit"  # the tail block's key is H_h (the bug #53324 fixed)
+
+CONFIG_KVSPEC = "kvspec"  # the geometry rules of spec/geometry.py only
+CONFIG_VLLM_0_33 = "vllm-0.33.0"  # plus what 0.33.0's configuration resolution refuses
+
+
+@attrs.frozen(kw_only=True)
+class Delta:
+    """One rule changed by a rule set: what, in kvspec's words, and the engine function that decides it."""
+
+    what: str
+    where: str
+
+
+@attrs.frozen(kw_only=True)
+class RuleSet:
+    """A named rule set: the store rule, the tail-key rule, configuration refusals and hash lookahead."""
+
+    name: str
+    predecessor: str | None
+    engine: str
+    store: str
+    tail_key: str
+    config: str
+    lookahead: int  # tokens past a unit that its hash also covers (0: the legacy hashes)
+    deltas: tuple[Delta, ...]
+
+
+RULE_SETS: dict[str, RuleSet] = {
+    "legacy": RuleSet(
+        name="legacy", predecessor=None, engine="vLLM before PR #53324",
+        store=STORE_PR53324, tail_key=TAIL_HIT, config=CONFIG_KVSPEC, lookahead=0,
+        deltas=(Delta(what="the tail block of a hit is loaded under H_h, the hit length's own hash",
+                      where="KVCacheStoreRecvingThread._handle_request before #53324"),)),
+    "pr53324": RuleSet(
+        name="pr53324", predecessor="legacy", engine="vLLM PR #53324",
+        store=STORE_PR53324, tail_key=TAIL_STORED, config=CONFIG_KVSPEC, lookahead=0,
+        deltas=(Delta(what="the tail block is loaded under H_{B_g}, the boundary it was stored at: h if stored, "
+                           "else the smallest stored unit boundary after h inside the tail block",
+                      where="MooncakeStoreWorker._tail_key_boundaries, TailKeyBoundary"),)),
+    "vllm-0.33.0": RuleSet(
+        name="vllm-0.33.0", predecessor="pr53324", engine="vLLM 0.33.0",
+        store=STORE_VLLM_0_33, tail_key=TAIL_STORED, config=CONFIG_VLLM_0_33, lookahead=0,
+        deltas=(
+            Delta(what="the prompt checkpoint C is ⌊P/u⌋·u − u with EAGLE block drop, else "
+                       "⌊(P − max(1, λ))/u⌋·u (never negative); every Mamba group stores its state at C",
+                  where="vllm/v1/kv_cache_interface.py: get_mamba_prefill_checkpoint_position"),
+            Delta(what="in fine mode every attention group publishes blocks ⌊C/L⌋·L/s … ⌈E_g/s⌉ − 1 keyed "
+                       "min((i+1)·s, E_g), E_g = C + the group's EAGLE proof margin (u when s > u, else s; 0 "
+                       "without EAGLE), whether or not C is a multiple of every Mamba block size",
+                  where="store/scheduler.py: _partial_tail_non_mamba_puts, ReqMeta.publish_partial_tail"),
+            Delta(what="replay retention keeps the Mamba states at the replay boundaries: P − 1 without EAGLE; "
+                       "⌊(P−1)/L⌋·L − L and ⌊P/L⌋·L − L with EAGLE; each aligned down to a, then to b",
+                  where="vllm/v1/core/kv_cache_coordinator.py: replay_boundaries; "
+                        "MambaManager.reachable_block_mask"),
+            Delta(what="configuration: a single group must have u = its span (the block size × D when "
+                       "DCP-sharded); refused with vLLM's 'Invalid prefix_match_unit'",
+                  where="vllm/v1/core/kv_cache_utils.py: resolve_kv_cache_block_sizes"),
+            Delta(what="hash lookahead λ = 0 under a KV connector (the connector keeps the legacy hashes); "
+                       "with λ > 0 only ⌊(n − λ)/u⌋ hashes of an n-token request exist",
+                  where="vllm/config/vllm.py: VllmConfig.num_hash_lookahead_tokens; "
+                        "kv_cache_utils.get_request_block_hasher"),
+        )),
+}
+
+DEFAULT_RULES = "vllm-0.33.0"  # the newest shipped rule set
+
+
+def get_rules(name: str) -> RuleSet:
+    """Return the named rule set; raise SpecError naming the known ones otherwise."""
+    if not isinstance(name, str) or name not in RULE_SETS:
+        raise SpecError(RULE_RULES, f"unknown rule set {name!r} (known: {', '.join(RULE_SETS)})")
+    return RULE_SETS[name]
+
+
+def compute_lineage(rules: RuleSet) -> tuple[RuleSet, ...]:
+    """Return the rule set and its predecessors, oldest first."""
+    out = [rules]
+    while out[-1].predecessor is not None:
+        out.append(RULE_SETS[out[-1].predecessor])
+    return tuple(reversed(out))
+
+
+def check_config(rules: RuleSet, geometry: Geometry) -> None:
+    """Raise SpecError for a geometry the rule set's engine refuses (vLLM 0.33.0: one group needs u = its span)."""
+    if rules.config != CONFIG_VLLM_0_33 or len(geometry.groups) != 1:
+        return
+    span = compute_span(geometry, GroupId(0))
+    require(geometry.unit == span, RULE_VLLM_UNIT,
+            f"vLLM 0.33.0 refuses prefix_match_unit={geometry.unit} with a single KV cache group: hits land on "
+            f"the block size ({span}); unset it or set it to {span} (resolve_kv_cache_block_sizes)")
