@@ -129,3 +129,16 @@ def parse_key(text: str) -> StoreKey:
         raise
     except Exception as exc:  # pragma: no cover - defensive: any other failure is a grammar error
         raise SpecError(RULE_KEY, str(exc)) from None
+
+
+def render_key_vllm(key: StoreKey) -> str:
+    """Return the key as vLLM 0.33.0 writes it: the same fields joined by '@' with no escaping (not injective)."""
+    body = (f"{key.model}@tp_rank:{key.tp_rank}@pcp{key.pcp_rank}@dcp{key.dcp_rank}"
+            f"@pp_rank:{key.pp_rank}@group:{key.group}@{key.hash_hex}")
+    return f"{key.cache_prefix}@{body}" if key.cache_prefix else body
+
+
+# The named key grammars: kvspec's own (escaped, injective, parseable) and vLLM 0.33.0's (PoolKey / KeyMetadata).
+# vLLM's is not injective: cache_prefix "a" with model "m" and cache_prefix "" with model "a@m" both render
+# "a@m@tp_rank:…"; they coincide with kvspec's whenever no field contains '@' or '%'.
+KEY_GRAMMARS = {"kvspec": render_key, "vllm-0.33.0": render_key_vllm}

@@ -1,0 +1,283 @@
+"""vLLM 0.33.0's own code as an oracle for the ``vllm-0.33.0`` rule set.
+
+Imports the installed ``vllm`` package (0.33.0, installed without its dependency tree) and drives
+its functions with shims that replace no vLLM logic: KV-cache specs and a KV-cache config built
+from a kvspec geometry, a namespace standing in for ``VllmConfig`` (only the fields the functions
+read), a fake Mooncake store that answers existence from a set of key strings and records gets,
+and objects built with ``object.__new__`` where a constructor would open network connections.
+Nothing of vLLM is copied; every decision below is made by a vLLM function:
+
+| what | vLLM 0.33.0 function driven |
+| --- | --- |
+| refusals, (L, u), hit alignment | ``resolve_kv_cache_block_sizes``, ``resolve_cache_hit_alignment_tokens`` |
+| spec groups, EAGLE proof margins, masks | ``MooncakeStoreCoordinator.from_kv_cache_config``, ``store_mask``, ``load_mask`` |
+| whole-block saves, partial-tail flag | ``RequestTracker`` + ``ReqMeta.from_request_tracker`` |
+| partial-tail puts | ``store/scheduler.py: _partial_tail_non_mamba_puts`` |
+| Mamba checkpoint, retained states | ``get_mamba_prefill_checkpoint_position``, ``replay_boundaries``, ``MambaManager.reachable_block_mask`` |
+| hit and tail boundaries (all rank namespaces) | ``MooncakeStoreWorker._init_lookup_key_prefixes``, ``.lookup``, ``._tail_key_boundaries`` |
+| load keys | ``KVCacheStoreRecvingThread._handle_request`` over ``ChunkedTokenDatabase.process_tokens`` |
+| key strings | ``KeyMetadata``, ``PoolKey.build_prefix`` / ``build_key_string`` |
+
+One modelling step is kvspec's, not vLLM's: which Mamba states *exist* to be retained. kvspec
+takes the state at every Mamba block end the prefill passes (align mode with chunks cut at Mamba
+block ends) and the state at the prompt checkpoint; vLLM decides which of them are kept and
+stored (the functions above). The scheduler's chunking and the core's copy-on-write hand-off
+that produce those states are not driven here.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from kvspec.spec.geometry import Geometry
+from kvspec.spec.keys import compute_hash_chain
+from kvspec.spec.scenario import Scenario
+from kvspec.spec.store import Obj, compute_visible
+from kvspec.spec.types import Boundary, GroupId
+
+VLLM_VERSION = "0.33.0"
+MODEL = "kvspec-oracle"
+_STORE = "vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store"
+
+
+def load_vllm() -> types.SimpleNamespace:
+    """Return the vLLM modules the oracle drives; raise ImportError unless vllm 0.33.0 is importable."""
+    import importlib
+
+    import vllm
+    if vllm.__version__ != VLLM_VERSION:
+        raise ImportError(f"the oracle drives vllm {VLLM_VERSION}, found {vllm.__version__}")
+    mods = {name: importlib.import_module(path) for name, path in {
+        "iface": "vllm.v1.kv_cache_interface", "utils": "vllm.v1.core.kv_cache_utils",
+        "coord_core": "vllm.v1.core.kv_cache_coordinator", "managers": "vllm.v1.core.single_type_kv_cache_manager",
+        "coord": f"{_STORE}.coordinator", "data": f"{_STORE}.data", "worker": f"{_STORE}.worker",
+        "scheduler": f"{_STORE}.scheduler"}.items()}
+    return types.SimpleNamespace(**mods)
+
+
+class Refused(Exception):
+    """vLLM refused the configuration; ``reason`` is its own message."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class FakeStore:
+    """A Mooncake store stand-in: existence from a set of key strings; gets recorded, answered 0 or -704."""
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        self.keys = frozenset(keys)
+        self.gets: list[str] = []
+
+    def batch_is_exist(self, keys: Sequence[str]) -> list[int]:
+        """Return 1 for every key present, 0 otherwise."""
+        return [1 if k in self.keys else 0 for k in keys]
+
+    def batch_get_into_multi_buffers(self, keys: Sequence[str], addrs: Any, sizes: Sequence[Any]) -> list[int]:
+        """Record the keys; return the size for a present key and -704 (OBJECT_NOT_FOUND) for a missing one."""
+        self.gets.extend(keys)
+        return [sum(s) if isinstance(s, list) else int(s) if k in self.keys else -704 for k, s in zip(keys, sizes)]
+
+
+@attrs.frozen(kw_only=True)
+class Answer:
+    """What vLLM 0.33.0 answers for one scenario (or its refusal)."""
+
+    refused: str | None
+    stored: frozenset[Obj]
+    hit: int
+    tails: tuple[tuple[GroupId, Boundary], ...]
+    load_keys: tuple[tuple[int, str], ...]  # (rank, key) in the receiving thread's order
+
+
+def _vllm_config(v: types.SimpleNamespace, g: Geometry, eagle: bool) -> Any:
+    """Return the stand-in for VllmConfig: only the fields the driven functions read."""
+    spec_config = types.SimpleNamespace(use_eagle_block_drop=lambda: eagle)
+    return types.SimpleNamespace(
+        cache_config=types.SimpleNamespace(block_size=g.groups[0].block_size, prefix_match_unit=g.unit,
+                                           enable_prefix_caching=True, mamba_cache_mode="align"),
+        parallel_config=types.SimpleNamespace(decode_context_parallel_size=g.parallel.dcp,
+                                              prefill_context_parallel_size=g.parallel.pcp),
+        kv_transfer_config=types.SimpleNamespace(kv_connector="MooncakeStoreConnector", kv_role="kv_both",
+                                                 kv_connector_extra_config={}),
+        speculative_config=spec_config if eagle else None)
+
+
+def _spec(v: types.SimpleNamespace, kind: str, block_size: int) -> Any:
+    import torch
+    if kind == "attention":
+        return v.iface.FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
+    return v.iface.MambaSpec(block_size=block_size, shapes=((4,),), dtypes=(torch.float32,), mamba_cache_mode="align")
+
+
+class Engine:
+    """vLLM 0.33.0's connector for one geometry: configuration, coordinator and per-rank key databases."""
+
+    def __init__(self, geometry: Geometry, v: types.SimpleNamespace | None = None) -> None:
+        self.v = v = v or load_vllm()
+        self.g = g = geometry
+        self.eagle = any(x.eagle for x in g.groups)
+        self.groups = [v.iface.KVCacheGroupSpec(layer_names=[f"layer.{i}"], kv_cache_spec=_spec(v, x.kind, x.block_size),
+                                                is_eagle_group=x.eagle) for i, x in enumerate(g.groups)]
+        self.config = v.iface.KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=self.groups)
+        self.vllm_config = _vllm_config(v, g, self.eagle)
+        try:
+            self.lcm, self.unit = v.utils.resolve_kv_cache_block_sizes(self.config, self.vllm_config)
+        except ValueError as exc:
+            raise Refused(str(exc)) from None
+        self.alignment = v.utils.resolve_cache_hit_alignment_tokens(self.config, self.vllm_config, self.lcm,
+                                                                     self.unit)
+        self.config.cache_hit_alignment_tokens = self.alignment
+        self.config.prefix_cache_retention_interval = 0 if g.retention == "replay" else None
+        self.coord = v.coord.MooncakeStoreCoordinator.from_kv_cache_config(self.config, self.vllm_config, self.lcm,
+                                                                            self.unit)
+        self.ranks = tuple(range(g.parallel.dcp))
+
+    # ------------------------------------------------------------------ keys
+    def key_metadata(self, rank: int, group: int, prefix: str = "") -> Any:
+        """Return vLLM's KeyMetadata of one rank's keys of one group (DCP rank = TP rank under DCP)."""
+        return self.v.data.KeyMetadata(model_name=MODEL, tp_rank=rank, pcp_rank=0,
+                                       dcp_rank=rank if self.g.parallel.dcp > 1 else 0, pp_rank=0,
+                                       group_id=group, cache_prefix=prefix)
+
+    def key(self, rank: int, group: int, chain: Sequence[bytes], boundary: int) -> str:
+        """Return the key string vLLM writes for one rank's shard of (group, boundary)."""
+        pk = self.v.data.PoolKey(self.key_metadata(rank, group), chain[boundary // self.unit - 1].hex())
+        return pk.to_string()
+
+    def token_dbs(self, rank: int) -> list[Any]:
+        """Return the rank's ChunkedTokenDatabase per group (DCP-resolved block sizes)."""
+        dbs = []
+        for gid, grp in enumerate(self.coord.kv_cache_groups):
+            db = self.v.data.ChunkedTokenDatabase(self.key_metadata(rank, gid), grp.kv_cache_spec.block_size,
+                                                  self.unit)
+            db.set_kv_caches_base_addr([0])
+            db.store_layout.set_block_len([1])
+            dbs.append(db)
+        return dbs
+
+    # ------------------------------------------------------------------ store
+    def store_objects(self, prompt: int, chain: Sequence[bytes]) -> frozenset[Obj]:
+        """Return the (group, boundary) objects one prompt of P tokens stores (see the module docstring)."""
+        v, coord, g = self.v, self.coord, self.g
+        if prompt <= 0:
+            return frozenset()
+        out: set[Obj] = set()
+        sizes = [grp.kv_cache_spec.block_size for grp in coord.kv_cache_groups]
+        c = v.iface.get_mamba_prefill_checkpoint_position(prompt, self.alignment, coord.use_eagle)
+        # Mamba: the retained block-end states and the prompt checkpoint, handed off by the core
+        mamba_puts = []
+        for gid in sorted(coord.mamba_group_ids):
+            spec, b = coord.kv_cache_groups[gid].kv_cache_spec, sizes[gid]
+            mask = v.managers.MambaManager.reachable_block_mask(
+                start_block=0, end_block=prompt // b, alignment_tokens=self.alignment, kv_cache_spec=spec,
+                use_eagle=gid in coord.eagle_group_ids,
+                retention_interval=self.config.prefix_cache_retention_interval,
+                reachable_boundaries=v.coord_core.replay_boundaries(prompt, self.lcm, use_eagle=coord.use_eagle))
+            kept = [(i + 1) * b for i in range(prompt // b) if mask is None or mask[i]]
+            points = set(kept) | ({c} if c > 0 else set())
+            mamba_puts += [v.data.BoundaryPut(gid, 1, t) for t in sorted(points) if t <= len(chain) * self.unit]
+        out.update((GroupId(p.group_id), Boundary(p.num_tokens)) for p in mamba_puts)
+        # attention: the whole-block save of the prefill, then the partial tail it publishes
+        block_ids = tuple(list(range(1, -(-prompt // s) + 2)) for s in sizes)
+        tracker = v.data.RequestTracker(req_id="r", token_len=prompt, allocated_block_ids=block_ids,
+                                        prefill_end_tokens=prompt)
+        meta = v.data.ReqMeta.from_request_tracker(tracker, self.lcm, block_hashes=list(chain),
+                                                   save_partial_tail=coord.enable_partial_hash_hits,
+                                                   num_prompt_tokens=prompt)
+        if meta is not None and meta.can_save:
+            masks = coord.store_mask(meta.token_len_chunk, 0, num_prompt_tokens=prompt)
+            for gid, s in enumerate(sizes):
+                if gid in coord.mamba_group_ids:
+                    continue
+                mask = masks[gid]
+                out.update((GroupId(gid), Boundary((i + 1) * s)) for i in range(meta.token_len_chunk // s)
+                           if mask is None or mask[i])
+            meta.boundary_puts = mamba_puts
+            for p in v.scheduler._partial_tail_non_mamba_puts(coord, meta, sizes):
+                out.add((GroupId(p.group_id), Boundary(p.num_tokens)))
+        return frozenset(out)
+
+    # ------------------------------------------------------------------ lookup and load
+    def worker(self, rank: int, store: FakeStore) -> Any:
+        """Return a MooncakeStoreWorker of one rank with just the state lookup reads (no store connection)."""
+        w = object.__new__(self.v.worker.MooncakeStoreWorker)
+        w._capacity_only = False
+        w.coord, w.hash_block_size, w.store = self.coord, self.unit, store
+        w._kv_cache_groups = self.coord.kv_cache_groups
+        w.token_dbs = self.token_dbs(rank)
+        w.tp_size = w.dcp_size = self.g.parallel.dcp
+        w.pcp_size = w.pp_size = 1
+        w._group_tp_replication_factors = tuple(1 for _ in self.groups)
+        w._record_kv_connector_operation = lambda *a, **k: None  # metrics only
+        w._init_lookup_key_prefixes()
+        return w
+
+    def lookup(self, prompt: int, chain: Sequence[bytes], store: FakeStore) -> tuple[int, tuple[tuple[GroupId, Boundary], ...]]:
+        """Return vLLM's hit length and tail boundaries for a request of N tokens (rank 0's lookup server)."""
+        res = self.worker(0, store).lookup(prompt, list(chain[: prompt // self.unit]))
+        return res.hit_length, tuple((GroupId(t.group_id), Boundary(t.num_tokens)) for t in res.tail_key_boundaries)
+
+    def load_keys(self, rank: int, chain: Sequence[bytes], hit: int, tails: Sequence[tuple[int, int]],
+                  store: FakeStore) -> list[str]:
+        """Return the keys rank r's receiving thread gets for a hit (in the plan's order, before its rotation)."""
+        v = self.v
+        sizes = [grp.kv_cache_spec.block_size for grp in self.coord.kv_cache_groups]
+        thread = v.worker.KVCacheStoreRecvingThread(store, self.coord, self.token_dbs(rank), self.lcm, rank,
+                                                    threading.Event())
+        spec = v.data.LoadSpec(vllm_cached_tokens=0, kvpool_cached_tokens=hit, can_load=True, token_len=hit,
+                               tail_key_boundaries=tuple(v.data.TailKeyBoundary(g, t) for g, t in tails))
+        meta = v.data.ReqMeta(req_id="load", token_len_chunk=0, block_hashes=list(chain), load_spec=spec,
+                              block_ids=tuple(list(range(1, -(-hit // s) + 2)) for s in sizes))
+        store.gets.clear()
+        thread.request_queue.put(meta)  # as the thread's run loop does: take the request, then handle it
+        thread._handle_request(thread.request_queue.get())
+        keys = list(store.gets)
+        rot = rank % len(keys) if keys else 0
+        return keys[-rot:] + keys[:-rot] if rot else keys  # undo the thread's rotation by tp_rank
+
+    # ------------------------------------------------------------------ a whole scenario
+    def answer(self, scenario: Scenario, chains: Sequence[Sequence[bytes]], lookup_chain: Sequence[bytes]) -> Answer:
+        """Return vLLM's answer to a scenario: stored objects, hit, tails and every rank's load keys."""
+        objs: set[Obj] = set()
+        keys: set[str] = set()
+        for r, chain in zip(scenario.stored, chains):
+            mine = compute_visible(self.store_objects(r.prompt, chain), r.shared)
+            objs |= mine
+            keys |= {self.key(rank, g, lookup_chain, t) for g, t in mine for rank in self.ranks}
+        keys -= {self.key(rank, g, lookup_chain, t) for g, t, rank in scenario.evicted}
+        store = FakeStore(keys)
+        hit, tails = self.lookup(scenario.prompt, lookup_chain, store)
+        loads: list[tuple[int, str]] = []
+        if hit > 0:
+            for rank in self.ranks:
+                loads += [(rank, k) for k in self.load_keys(rank, lookup_chain, hit, tails, store)]
+        return Answer(refused=None, stored=frozenset(objs), hit=hit, tails=tails, load_keys=tuple(loads))
+
+
+def compute_answer(scenario: Scenario, v: types.SimpleNamespace | None = None) -> Answer:
+    """Return vLLM 0.33.0's answer to a scenario with stored requests (tokens from kvspec's request model)."""
+    try:
+        eng = Engine(scenario.geometry, v)
+    except Refused as exc:
+        return Answer(refused=exc.reason, stored=frozenset(), hit=0, tails=(), load_keys=())
+    lookup_tokens, chains = scenario_tokens(scenario)
+    return eng.answer(scenario, [compute_hash_chain(t, scenario.geometry.unit) for t in chains],
+                      compute_hash_chain(lookup_tokens, scenario.geometry.unit))
+
+
+def scenario_tokens(scenario: Scenario, seed: int = 7) -> tuple[list[int], list[list[int]]]:
+    """Return token ids of the lookup request and of each stored request (sharing exactly S tokens with it)."""
+    base = [(seed * 1_000_003 + 7919 * i) % 50_021 for i in range(scenario.prompt)]
+    out = []
+    for k, r in enumerate(scenario.stored):
+        toks = base[: r.shared] + [50_021 + (k * 131 + i) % 9973 for i in range(r.prompt - r.shared)]
+        out.append(toks)
+    return base, out
+
