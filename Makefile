@@ -8,7 +8,12 @@ PROFILE ?= ci
 TORCH   ?= torch==2.13.0
 MOONCAKE_EXTRA ?= mooncake-cpu
 
-.PHONY: all venv verify test test-fast bench gpu-check clean
+# The vLLM 0.33.0 oracle lives in its own venv: vllm from its wheel without its dependency tree.
+VVENV   := .venv-vllm
+VSTAMP  := $(VVENV)/.kvspec-installed
+VLLM_WHEELS ?= .cache/vllm-wheel
+
+.PHONY: all venv vllm-venv verify test test-main test-vllm test-fast conform bench gpu-check clean
 
 all: verify test
 
@@ -23,14 +28,35 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+$(VSTAMP): pyproject.toml requirements/vllm-oracle.txt
+	@[ -x $(VVENV)/bin/python ] || $(PY) -m venv $(VVENV)
+	@$(VVENV)/bin/python -c "import torch" 2>/dev/null || $(VVENV)/bin/pip install -q "$(TORCH)"
+	$(VVENV)/bin/pip install -q -r requirements/vllm-oracle.txt
+	@ls $(VLLM_WHEELS)/vllm-0.33.0-*.whl >/dev/null 2>&1 || \
+	  $(VVENV)/bin/pip download -q --no-deps -d $(VLLM_WHEELS) vllm==0.33.0
+	$(VVENV)/bin/pip install -q --no-deps $(VLLM_WHEELS)/vllm-0.33.0-*.whl
+	$(VVENV)/bin/pip install -q --no-deps -e .
+	@touch $(VSTAMP)
+
+vllm-venv: $(VSTAMP)
+
 verify: $(STAMP)
 	$(BIN)/python -m kvspec.checks verify
 
-test: $(STAMP)
-	HYPOTHESIS_PROFILE=$(PROFILE) $(BIN)/python -m pytest -q tests
+test: test-main test-vllm
+
+test-main: $(STAMP)
+	HYPOTHESIS_PROFILE=$(PROFILE) $(BIN)/python -m pytest -q -m "not vllm" tests
+
+# vLLM 0.33.0's own code as the oracle of the vllm-0.33.0 rule set (tests/test_vllm_conformance.py)
+test-vllm: $(VSTAMP)
+	HYPOTHESIS_PROFILE=$(PROFILE) $(VVENV)/bin/python -m pytest -q -m vllm tests/test_vllm_conformance.py
+
+conform: $(VSTAMP)
+	$(VVENV)/bin/kvspec conform vllm
 
 test-fast: $(STAMP)
-	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -x -m "not live and not slow" tests
+	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -x -m "not live and not slow and not vllm" tests
 
 bench: $(STAMP)
 	$(BIN)/python -m kvspec.checks bench --json
@@ -40,4 +66,4 @@ gpu-check:
 	bash checks/gpu_check.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(VVENV) .cache .pytest_cache .hypothesis build *.egg-info

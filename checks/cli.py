@@ -1,4 +1,4 @@
-"""The `kvspec` command line: explain (the spec on one scenario), verify (the proofs), bench.
+"""The `kvspec` command line: explain (the spec on one scenario), verify (the proofs), conform, bench.
 
 User mistakes exit 2 with one line naming the violated rule; never a traceback.
 """
@@ -153,6 +153,21 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _conform(args: argparse.Namespace) -> int:
+    if args.count < 0 or args.count > 1_000_000:
+        raise SpecError("conform-count", f"--count must be within 0..1000000, got {args.count}")
+    try:
+        from kvspec.checks.vllm_oracle import load_vllm
+        load_vllm()
+    except Exception as exc:  # an import of vLLM can fail in many ways; each is "not available here"
+        _die("conform-deps", f"kvspec conform vllm needs vllm==0.33.0 importable (make vllm-venv): "
+                             f"{type(exc).__name__}: {exc}")
+    from kvspec.checks.conform import format_report, run_conformance
+    rep = run_conformance(args.count, args.seed)
+    print(json.dumps(rep, indent=2) if args.json else format_report(rep))
+    return 0 if rep["ok"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the kvspec command."""
     p = _Parser(prog="kvspec", description=__doc__)
@@ -175,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run the proofs, exhaustive checks and mutants (make verify)")
     v.add_argument("--json", action="store_true")
     v.add_argument("--fast", action="store_true", help="a quick subset (seconds)")
+    c = sub.add_parser("conform", help="compare a rule set with an engine's own code (vllm: vLLM 0.33.0)")
+    c.add_argument("engine", choices=["vllm"], help="the engine whose code is the oracle (needs vllm==0.33.0 "
+                   "importable: make vllm-venv, then .venv-vllm/bin/kvspec conform vllm)")
+    c.add_argument("--count", type=int, default=2000, help="generated scenarios (plus the worked examples)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the scenario generator")
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
     b = sub.add_parser("bench", help="lookup-probe and transfer benchmarks (needs torch and mooncake)")
     b.add_argument("--json", action="store_true")
     b.add_argument("--quick", action="store_true")
@@ -187,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "explain":
             return _explain(args)
+        if args.cmd == "conform":
+            return _conform(args)
         if args.cmd == "verify":
             try:
                 import z3  # noqa: F401
