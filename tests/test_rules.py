@@ -1,0 +1,73 @@
+"""Rule sets as values: lineage, the deltas between pr53324 and vllm-0.33.0 pinned by minimal examples."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvspec.spec.errors import SpecError
+from kvspec.spec.geometry import make_geometry
+from kvspec.spec.rules import DEFAULT_RULES, RULE_SETS, compute_lineage, get_rules
+from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
+from kvspec.spec.store import compute_checkpoint, compute_store_boundaries_vllm
+
+
+def resend(g, p: int, rules: str):
+    sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
+    return sc, evaluate_scenario(sc)
+
+
+def test_registry_and_lineage():
+    assert DEFAULT_RULES == "vllm-0.33.0"
+    assert [r.name for r in compute_lineage(get_rules("vllm-0.33.0"))] == ["legacy", "pr53324", "vllm-0.33.0"]
+    for r in RULE_SETS.values():
+        assert r.deltas and all(d.what and d.where for d in r.deltas)
+    with pytest.raises(SpecError) as ei:
+        get_rules("vllm-9")
+    assert ei.value.rule == "rules"
+
+
+def test_checkpoint_without_eagle_leaves_a_token_to_recompute():
+    """(b) Without EAGLE 0.33.0's checkpoint is ⌊(P−1)/u⌋·u: 68 for P = 70, u = 2; the PR's T = 70 is never usable
+    by an identical resend (capped at P − 1), which falls back to the replay state 64."""
+    g = make_geometry(2, [("attention", 8, False), ("mamba", 8, False)])
+    assert compute_checkpoint(g, 70) == 68
+    _, pr = resend(g, 70, "pr53324")
+    _, shipped = resend(g, 70, "vllm-0.33.0")
+    assert (1, 70) in pr.present and pr.hit_length == 64
+    assert (1, 68) in shipped.present and (0, 68) in shipped.present and shipped.hit_length == 68
+
+
+def test_tail_published_when_checkpoint_is_on_the_mamba_grid():
+    """(c) D = 8, u = 16, blocks 48, P = 1063: the checkpoint 1056 is a multiple of 48; 0.33.0 still publishes the
+    attention tail (0, 1056) and the resend hits 1056; the PR's rule stores no tail and the resend hits 0."""
+    g = make_geometry(16, [("attention", 48, False), ("mamba", 48, False)], dcp=8)
+    _, pr = resend(g, 1063, "pr53324")
+    _, shipped = resend(g, 1063, "vllm-0.33.0")
+    assert (0, 1056) not in pr.present and pr.hit_length == 0
+    assert (0, 1056) in shipped.present and shipped.hit_length == 1056
+
+
+def test_eagle_proof_margin_on_the_worked_example():
+    """(a) With EAGLE the attention tail is published to the checkpoint plus one unit: H_14976, and the hit is 14848."""
+    from kvspec.spec.presets import get_preset
+    g = get_preset("kimi-k3-dcp8")
+    _, shipped = resend(g, 15000, "vllm-0.33.0")
+    assert sorted(shipped.present) == [(0, 12288), (0, 14976), (1, 14848)] and shipped.hit_length == 14848
+    _, pr = resend(g, 15000, "pr53324")
+    assert pr.hit_length == 13824
+
+
+def test_hash_lookahead_moves_the_checkpoint_and_caps_what_is_stored():
+    """(d) With λ lookahead tokens per hash (0 under a connector in 0.33.0) only ⌊(P−λ)/u⌋ hashes exist."""
+    g = make_geometry(2, [("attention", 8, False), ("mamba", 8, False)])
+    assert compute_checkpoint(g, 70, lookahead=3) == 66
+    objs = compute_store_boundaries_vllm(g, 70, lookahead=3)
+    assert max(t for _, t in objs) <= 66 and (1, 66) in objs
+
+
+def test_single_group_refusal_names_vllms_reason():
+    g = make_geometry(4, [("attention", 16, False)])
+    with pytest.raises(SpecError) as ei:
+        Scenario(geometry=g, prompt=40, stored=(), rules="vllm-0.33.0")
+    assert ei.value.rule == "vllm-prefix-match-unit" and "resolve_kv_cache_block_sizes" in ei.value.message
+    Scenario(geometry=make_geometry(16, [("attention", 16, False)]), prompt=40, stored=(), rules="vllm-0.33.0")
