@@ -19,9 +19,10 @@ ONE_LINE = re.compile(r"^kvspec: error: [a-z0-9-]+: .+$")
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**7) | st.floats(allow_nan=False)
                            | st.text(max_size=6), lambda c: st.lists(c, max_size=4)
                            | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12)
-flag_values = st.one_of(st.integers(-5, 10**6).map(str), st.sampled_from(["x", "", "1e3", "-0", "3.5", "@", "%"]))
+flag_values = st.one_of(st.integers(-5, 10**6).map(str), st.sampled_from(["x", "", "1e3", "-0", "3.5", "@", "%",
+                                                                          "legacy", "pr53324", "vllm-0.33.0"]))
 flags = st.sampled_from(["--dcp", "--unit", "--group", "--retention", "--stored-prompt", "--prompt", "--shared",
-                         "--preset", "--stored-json"])
+                         "--preset", "--stored-json", "--rules"])
 
 
 def run_cli(argv, capsys):
@@ -34,7 +35,8 @@ def run_cli(argv, capsys):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(st.tuples(flags, flag_values), max_size=6), st.sampled_from([[], ["--json"], ["--legacy-tail-key"]]))
+@given(st.lists(st.tuples(flags, flag_values), max_size=6), st.sampled_from([[], ["--json"], ["--legacy-tail-key"],
+                                                                            ["--rules", "pr53324"]]))
 def test_fuzzed_flags(capsys, pairs, extra):
     argv = ["explain", *[x for p in pairs for x in p], *extra]
     rc, out, err = run_cli(argv, capsys)

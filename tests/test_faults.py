@@ -26,10 +26,14 @@ def geometry(dcp: int, retention: str) -> Geometry:
 def test_eviction_between_lookup_and_load(master, tmp_path):
     """One rank's shard removed after the lookup confirmed it: -704 at load, closure to the spec's safe boundary."""
     g_replay, g_dense = geometry(2, "replay"), geometry(2, "dense")
-    sc = lambda g: Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),))  # noqa: E731
+    sc = lambda g: Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")  # noqa: E731
     t0 = time.monotonic()
     # attention tail object (0, 52) gone on rank 1: attention keeps [0, 32), no Mamba state below -> 0
     totals = run(master, [sc(g_replay)], tmp_path / "a", "evict-att", [{"1": [[0, 52]]}])
+    assert totals["minus704"] == 1 and totals["bytes_wrong"] == 0 and totals["safe_below_hit"] == 2
+    # vLLM 0.33.0's store rule: the attention tail is keyed at the checkpoint 52 plus the proof margin, H_56
+    shipped = Scenario(geometry=g_replay, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="vllm-0.33.0")
+    totals = run(master, [shipped], tmp_path / "c", "evict-att-vllm", [{"1": [[0, 56]]}])
     assert totals["minus704"] == 1 and totals["bytes_wrong"] == 0 and totals["safe_below_hit"] == 2
     # Mamba state at h = 48 gone on rank 0 under dense retention: fall back to the checkpoint at 32
     totals = run(master, [sc(g_dense)], tmp_path / "b", "evict-mamba", [{"0": [[1, 48]]}])
@@ -41,7 +45,7 @@ def test_store_full_is_not_cached(tmp_path):
     """Puts answered -200 (segment full) mean 'not cached': no error, every load still exact, time bounded."""
     from .live import build_job
     g = geometry(2, "dense")
-    scs = [Scenario(geometry=g, prompt=150, stored=(StoredRequest(prompt=150, shared=150),)) for _ in range(10)]
+    scs = [Scenario(geometry=g, prompt=150, stored=(StoredRequest(prompt=150, shared=150),), rules="pr53324") for _ in range(10)]
     with cluster.running_master(str(tmp_path)) as m:
         job = build_job(m.address, scs, "full")
         job["width"] = 32768  # 2 MiB per attention shard: ~50 MiB of puts per rank into a 16 MiB segment
@@ -74,7 +78,7 @@ def test_master_killed_during_load_and_restarted(tmp_path):
     is used, every earlier key is gone (a retry finds no hit), and it all ends in bounded time."""
     from .live import build_job
     g = geometry(2, "dense")
-    sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),))
+    sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")
     sync = tmp_path / "sync"
     sync.mkdir()
     m = cluster.start_master(str(tmp_path))
@@ -111,7 +115,7 @@ def test_rank_process_killed(tmp_path):
     gone, and a fresh set of ranks finds no hit (the dead client's segment and shards are gone: E needs every rank)."""
     from .live import build_job
     g = geometry(2, "replay")
-    sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),))
+    sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")
     with cluster.running_master(str(tmp_path)) as m:
         job = build_job(m.address, [sc], "kill-rank")
         job["scenarios"][0]["crash_after_store"] = 1
@@ -139,7 +143,7 @@ def test_lease_blocks_removal(tmp_path):
     stays, and the load the spec predicts succeeds byte-exact."""
     from .live import build_job, compare
     g = geometry(2, "replay")
-    sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),))
+    sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")
     m = cluster.start_master(str(tmp_path), lease_ttl_ms=10_000)
     try:
         job = build_job(m.address, [sc], "lease", [{"0": [[0, 52]]}])

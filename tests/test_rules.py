@@ -71,3 +71,22 @@ def test_single_group_refusal_names_vllms_reason():
         Scenario(geometry=g, prompt=40, stored=(), rules="vllm-0.33.0")
     assert ei.value.rule == "vllm-prefix-match-unit" and "resolve_kv_cache_block_sizes" in ei.value.message
     Scenario(geometry=make_geometry(16, [("attention", 16, False)]), prompt=40, stored=(), rules="vllm-0.33.0")
+
+
+def test_scenario_json_names_its_rule_set():
+    from kvspec.spec.scenario import decode_scenario, encode_outcome
+    base = {"dcp": 8, "unit": 128, "groups": [{"kind": "attention", "block_size": 1536, "eagle": True},
+                                              {"kind": "mamba", "block_size": 1536}],
+            "stored_prompt": 15000, "prompt": 15000}
+    hits = {}
+    for extra in ({}, {"rules": "pr53324"}, {"rules": "legacy"}, {"legacy": True}, {"legacy": True, "rules": "legacy"}):
+        sc = decode_scenario({**base, **extra})
+        d = encode_outcome(sc, evaluate_scenario(sc))
+        hits[sc.rules] = d["hit_length"]
+        assert d["rules"] == sc.rules and d["version"] == 2
+    assert hits == {"vllm-0.33.0": 14848, "pr53324": 13824, "legacy": 13824}
+    for bad, rule in (({"rules": "vllm"}, "rules"), ({"rules": ["x"]}, "rules"),
+                      ({"legacy": True, "rules": "pr53324"}, "scenario")):
+        with pytest.raises(SpecError) as ei:
+            decode_scenario({**base, **bad})
+        assert ei.value.rule == rule
