@@ -135,10 +135,43 @@ def bench_transfer(repeats: int = 5, width: int = 256, prompt: int = 131_072) ->
             "put_gib_s": round(nbytes / med(ours_put) / 2**30, 3), "get_gib_s": round(load_bytes / med(ours_get) / 2**30, 3)}
 
 
+def bench_efficiency(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), step: int = 7) -> list[dict[str, Any]]:
+    """Return, per geometry, retention and rule set, the identical-resend hit over a sweep of prompt lengths.
+
+    Kimi-K3 (DCP 8): P = L+1 … 2L−2 in steps of `step`, plus the 10^6-token resend; a small geometry
+    (u = 4, b = 16, D = 2) over one scheduler block in steps of 1. Reusable tokens of a resend are
+    ⌊P/u⌋·u − u (the last unit is recomputed: the logits need the last token, EAGLE drops a unit).
+    """
+    import attrs
+    from kvspec.spec.geometry import compute_lcm_span, make_geometry
+    small = make_geometry(4, [("attention", 16, True), ("mamba", 16, False)], dcp=2)
+    rows = []
+    for name, base, stride in (("kimi-k3-dcp8", get_preset("kimi-k3-dcp8"), step), ("small-dcp2", small, 1)):
+        lcm, u = compute_lcm_span(base), base.unit
+        for retention in ("replay", "dense"):
+            g = attrs.evolve(base, retention=retention)
+            for rules in rule_sets:
+                n = zero = got = reusable = 0
+                for p in range(lcm + 1, 2 * lcm - 1, stride):
+                    h = evaluate_scenario(Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
+                                                   rules=rules)).hit_length
+                    n, zero, got, reusable = n + 1, zero + (h == 0), got + h, reusable + p // u * u - u
+                row = {"geometry": name, "retention": retention, "rules": rules, "prompts": n,
+                       "zero_hits": zero, "zero_hit_fraction": round(zero / n, 4),
+                       "reused_over_reusable": round(got / reusable, 4)}
+                if name == "kimi-k3-dcp8":
+                    big = 10**6
+                    row["hit_at_1m"] = evaluate_scenario(Scenario(geometry=g, prompt=big, rules=rules,
+                                                                  stored=(StoredRequest(prompt=big, shared=big),))).hit_length
+                rows.append(row)
+    return rows
+
+
 def run_bench(quick: bool = False) -> int:
     """Print the benchmark JSON object; return 0."""
     import torch
     out = {"lookup": bench_lookup((32_768, 131_072) if quick else (32_768, 131_072, 1_048_576)),
+           "efficiency": bench_efficiency(step=49 if quick else 7),
            "transfer": bench_transfer(repeats=2 if quick else 5),
            "device": "cuda" if torch.cuda.is_available() else "cpu"}
     print(json.dumps(out, indent=2))
