@@ -55,14 +55,32 @@ def _geometry(args: argparse.Namespace) -> Geometry:
                     retention=args.retention or "replay")
 
 
+MAX_INPUT_BYTES = 16 << 20  # a --stored-json file or one --scenarios line; larger input is refused, not read
+
+
+def _parse_json(data: bytes, what: str, rule: str) -> Any:
+    """Return the JSON value of bytes, or raise SpecError naming the rule (size, UTF-8, syntax, nesting)."""
+    if len(data) > MAX_INPUT_BYTES:
+        raise SpecError("input-size", f"{what} is larger than {MAX_INPUT_BYTES} bytes")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SpecError("input-encoding", f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(rule, f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise SpecError("input-depth", f"{what} nests JSON too deeply") from None
+    except ValueError as exc:  # e.g. an integer past Python's digit limit
+        raise SpecError(rule, f"{what}: {exc}") from None
+
+
 def _read_json(path: str) -> Any:
     try:
-        with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as f:
-            return json.load(f)
+        with (sys.stdin.buffer if path == "-" else open(path, "rb")) as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise SpecError("input-file", f"cannot read {path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpecError("stored-json", f"{path} is not valid JSON: {exc}") from None
+    return _parse_json(data, path, "stored-json")
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
@@ -120,23 +138,30 @@ def format_table(scenario: Scenario, outcome: Outcome) -> str:
 
 def _run_scenarios(path: str) -> int:
     try:
-        stream = sys.stdin if path == "-" else open(path, encoding="utf-8")
+        stream = sys.stdin.buffer if path == "-" else open(path, "rb")
     except OSError as exc:
         _die("input-file", f"cannot read {path}: {exc.strerror or exc}")
     write = sys.stdout.write
     with stream:
-        for lineno, line in enumerate(stream, 1):
+        lineno = 0
+        while True:
+            line = stream.readline(MAX_INPUT_BYTES + 1)
+            if not line:
+                break
+            lineno += 1
+            if len(line) > MAX_INPUT_BYTES:  # the rest of the file is not read: one error object, then stop
+                write(json.dumps(encode_error(SpecError("input-size", f"line {lineno} is longer than "
+                                                                       f"{MAX_INPUT_BYTES} bytes"))) + "\n")
+                return 2
             if not line.strip():
                 continue
             try:
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise SpecError("scenario-json", f"line {lineno} is not valid JSON: {exc}") from None
-                sc = decode_scenario(raw)
+                sc = decode_scenario(_parse_json(line, f"line {lineno}", "scenario-json"))
                 result = encode_outcome(sc, evaluate_scenario(sc))
             except SpecError as err:
                 result = encode_error(err)
+            except RecursionError:
+                result = encode_error(SpecError("input-depth", f"line {lineno} nests too deeply"))
             write(json.dumps(result, separators=(",", ":")) + "\n")
     return 0
 

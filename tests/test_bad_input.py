@@ -87,7 +87,7 @@ def test_missing_files_and_binary_input(tmp_path, capsys):
     b = tmp_path / "bin"
     b.write_bytes(b"\xff\xfe\x00\x01")
     rc, _, err = run_cli(["explain", "--preset", "kimi-k3-dcp8", "--stored-json", str(b), "--prompt", "5"], capsys)
-    assert rc == 2 and err.startswith("kvspec: error: stored-json:")
+    assert rc == 2 and err.startswith("kvspec: error: input-encoding:")
     rc, _, err = run_cli(["explain", "--scenarios", str(tmp_path / "nope")], capsys)
     assert rc == 2 and err.startswith("kvspec: error: input-file:")
 
@@ -106,3 +106,30 @@ def test_adversarial_key_fields_cannot_collide(model, prefix):
     k = StoreKey(model=model, tp_rank=0, pcp_rank=0, dcp_rank=0, pp_rank=0, group=0, hash_hex="ab",
                  cache_prefix=prefix)
     assert parse_key(render_key(k)) == k
+
+
+GOOD_LINE = b'{"groups": [{"kind": "mamba", "block_size": 4}], "unit": 4, "prompt": 9, "stored_prompt": 9}'
+
+
+def test_hostile_json_regressions(tmp_path):
+    """Deep nesting, non-UTF-8 bytes, digit-limit integers and endless input: one named error, the rest answered."""
+    deep = b'{"a": ' + b"[" * 100_000 + b"1" + b"]" * 100_000 + b"}"
+    f = tmp_path / "deep.json"
+    f.write_bytes(deep)
+    p = subprocess.run([sys.executable, "-m", "kvspec.checks", "explain", "--preset", "kimi-k3-dcp8", "--prompt",
+                        "15000", "--stored-json", str(f)], capture_output=True, text=True, timeout=20)
+    assert p.returncode == 2 and p.stderr.strip() == f"kvspec: error: input-depth: {f} nests JSON too deeply"
+    lines = tmp_path / "s.jsonl"
+    lines.write_bytes(b"\n".join([GOOD_LINE, b"\xff\xfe not utf-8", deep, b'{"prompt": ' + b"9" * 5000 + b"}",
+                                  GOOD_LINE]) + b"\n")
+    p = subprocess.run([sys.executable, "-m", "kvspec.checks", "explain", "--scenarios", str(lines)],
+                       capture_output=True, text=True, timeout=20)
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    res = [json.loads(x) for x in p.stdout.splitlines()]
+    assert [r["error"]["rule"] if r["error"] else None for r in res] == \
+        [None, "input-encoding", "input-depth", "scenario-json", None]
+    for args in (["--preset", "kimi-k3-dcp8", "--prompt", "15000", "--stored-json", "/dev/zero"],
+                 ["--scenarios", "/dev/zero"]):
+        p = subprocess.run([sys.executable, "-m", "kvspec.checks", "explain", *args], capture_output=True, text=True,
+                           timeout=30)
+        assert p.returncode == 2 and "Traceback" not in p.stderr and "input-size" in (p.stderr + p.stdout)
