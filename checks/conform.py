@@ -133,12 +133,9 @@ def compare_case(case: Case, v: Any) -> dict[str, bool]:
         g_args = dict(unit=args["unit"], dcp=args["dcp"], groups=args["groups"])
         try:
             Engine(_unchecked_geometry(g_args), v)
-            vllm_refuses = False
         except Refused:
-            vllm_refuses = True
-        except SpecError:
-            vllm_refuses = True
-        return {"refusal": vllm_refuses}
+            return {"refusal": True}
+        return {"refusal": False}
     sc = case.scenario
     ans = compute_answer(sc, v)
     if ans.refused is not None:

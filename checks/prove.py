@@ -15,10 +15,11 @@ from typing import Any
 import attrs
 
 from kvspec.spec.invariants import REGISTRY, get_invariant
-from kvspec.spec.ops import IntOps, Z3Ops
+from kvspec.spec.ops import IntOps
 
 from .closed_form import (Params, compute_closed_form, compute_closed_witness, has_mamba_facts, has_tail_facts,
                           is_hit_shaped, pre_params)
+from .z3ops import Z3Ops
 
 
 @attrs.frozen(kw_only=True)

@@ -82,7 +82,7 @@ class FakeStore:
     def batch_get_into_multi_buffers(self, keys: Sequence[str], addrs: Any, sizes: Sequence[Any]) -> list[int]:
         """Record the keys; return the size for a present key and -704 (OBJECT_NOT_FOUND) for a missing one."""
         self.gets.extend(keys)
-        return [sum(s) if isinstance(s, list) else int(s) if k in self.keys else -704 for k, s in zip(keys, sizes)]
+        return [(sum(s) if isinstance(s, list) else int(s)) if k in self.keys else -704 for k, s in zip(keys, sizes)]
 
 
 @attrs.frozen(kw_only=True)

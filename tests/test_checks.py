@@ -18,7 +18,7 @@ from kvspec.checks.prove import (STEPS, Theorem, _chain, _replay_scenario, compu
                                  format_explain_command, prove)
 from kvspec.checks.verify import format_table, summarize  # noqa: E402
 from kvspec.spec.invariants import get_invariant  # noqa: E402
-from kvspec.spec.ops import Z3Ops  # noqa: E402
+from kvspec.checks.z3ops import Z3Ops  # noqa: E402
 
 
 def _closed_claim(claim):
