@@ -156,6 +156,12 @@ def has_eagle(geometry: Geometry) -> bool:
     return any(g.eagle for g in geometry.groups)
 
 
+def is_eagle_spec(geometry: Geometry, group: GroupId) -> bool:
+    """Return whether any group with the same (kind, block size) as g carries the EAGLE flag (merged spec groups OR it)."""
+    g = geometry.groups[group]
+    return any(h.eagle for h in geometry.groups if (h.kind, h.block_size) == (g.kind, g.block_size))
+
+
 def compute_ranks(geometry: Geometry) -> tuple[Rank, ...]:
     """Return the DCP ranks that write and read keys: 0..D-1."""
     return tuple(Rank(r) for r in range(geometry.parallel.dcp))

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 import attrs
 
 from .errors import SpecError
-from .geometry import Geometry, compute_alignment, compute_span, is_fine
+from .geometry import Geometry, compute_alignment, compute_span, is_eagle_spec, is_fine
 from .rules import TAIL_HIT, TAIL_STORED
 from .store import Obj
 from .types import Boundary, GroupId, Tokens
@@ -58,8 +58,8 @@ def compute_spec_groups(geometry: Geometry) -> tuple[SpecGroup, ...]:
     order: dict[tuple[str, int], list[GroupId]] = {}
     for gid, g in enumerate(geometry.groups):
         order.setdefault((g.kind, g.block_size), []).append(GroupId(gid))
-    merged = [SpecGroup(kind=k, block_size=b, members=tuple(ms),
-                        eagle=any(geometry.groups[m].eagle for m in ms)) for (k, b), ms in order.items()]
+    merged = [SpecGroup(kind=k, block_size=b, members=tuple(ms), eagle=is_eagle_spec(geometry, ms[0]))
+              for (k, b), ms in order.items()]
     return tuple(sorted(merged, key=lambda sg: 0 if sg.kind == "attention" else 1))
 
 

@@ -74,7 +74,7 @@ class Stages:
 
     store: Callable[[RuleSet, Geometry, Tokens], frozenset[Obj]] = compute_rule_store
     present: Callable[[Geometry, frozenset[RankObj]], frozenset[Obj]] = compute_present
-    lookup: Callable[[Geometry, frozenset[Obj], Tokens], LookupResult] = compute_lookup
+    lookup: Callable[..., LookupResult] = compute_lookup  # (geometry, E, N, lookahead=λ)
     tails: Callable[..., tuple[tuple[GroupId, Boundary], ...]] = compute_tail_boundaries
     plan: Callable[..., tuple[LoadEntry, ...]] = plan_load
 

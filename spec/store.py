@@ -11,7 +11,7 @@ import functools
 from collections.abc import Iterable
 
 from .geometry import (Geometry, compute_alignment, compute_group_ids, compute_lcm_span, compute_ranks, compute_span,
-                       has_eagle, is_fine)
+                       has_eagle, is_eagle_spec, is_fine)
 from .rules import STORE_VLLM_0_33, RuleSet
 from .types import Boundary, GroupId, Rank, Tokens
 
@@ -118,9 +118,7 @@ def compute_checkpoint(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -
 
 def compute_proof_margin(geometry: Geometry, group: GroupId) -> Tokens:
     """Return the EAGLE proof margin of an attention group: u when fine and s > u, else s; 0 outside an EAGLE spec group."""
-    g = geometry.groups[group]
-    same = [h for h in geometry.groups if h.kind == g.kind and h.block_size == g.block_size]
-    if g.kind != "attention" or not any(h.eagle for h in same):
+    if geometry.groups[group].kind != "attention" or not is_eagle_spec(geometry, group):
         return Tokens(0)
     s, u = compute_span(geometry, group), geometry.unit
     return Tokens(u if is_partial(geometry) and s > u else s)
