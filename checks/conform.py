@@ -58,10 +58,10 @@ def _draw_geometry(rng: random.Random) -> dict[str, Any]:
         groups.append(("mamba", q() * u, False))
     if shape == "att+mamba+mamba":
         groups.append(("mamba", q() * u, False))
-    if shape == "mamba":
-        d = rng.choice((1, 2))
-        u = groups[0][1] // rng.choice([1, 1, 2]) or 1
-        groups = [("mamba", max(groups[0][1], u) // u * u, False)]
+    if shape == "mamba":  # a lone Mamba group: u = b (vLLM accepts) or u = b/2 (vLLM refuses)
+        d, b = rng.choice((1, 2)), groups[0][1]
+        u = b if rng.random() < 2 / 3 else max(b // 2, 1)
+        groups = [("mamba", b // u * u, False)]
     rng.shuffle(groups)
     return {"unit": u, "dcp": d, "groups": groups, "retention": rng.choice(["replay", "dense"])}
 
