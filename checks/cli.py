@@ -150,9 +150,10 @@ def _run_scenarios(path: str) -> int:
                 break
             lineno += 1
             if len(line) > MAX_INPUT_BYTES:  # the rest of the file is not read: one error object, then stop
-                write(json.dumps(encode_error(SpecError("input-size", f"line {lineno} is longer than "
-                                                                       f"{MAX_INPUT_BYTES} bytes"))) + "\n")
-                return 2
+                err = SpecError("input-size", f"line {lineno} is longer than {MAX_INPUT_BYTES} bytes; the rest "
+                                              f"of {path} is not read")
+                write(json.dumps(encode_error(err)) + "\n")
+                _die(err.rule, err.message)
             if not line.strip():
                 continue
             try:

@@ -13,6 +13,8 @@ import math
 import attrs
 
 from .errors import SpecError, require
+from .limits import (MAX_BLOCK, MAX_DCP, MAX_GROUPS, MAX_PCP, RULE_LIMIT_BLOCK, RULE_LIMIT_DCP, RULE_LIMIT_GROUPS,
+                     RULE_LIMIT_PCP, check_count)
 from .types import KINDS, RETENTIONS, GroupId, Rank, Tokens
 
 # Rule ids used by construction (stable: CLI output, vectors and tests name them).
@@ -35,10 +37,12 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _int_field(rule: str) -> object:
+def _int_field(rule: str, limit: int = 0, limit_rule: str = "") -> object:
     def check(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
         require(_is_int(value), RULE_INT, f"{attribute.name} must be an integer, got {value!r}")
         require(value >= 1, rule, f"{attribute.name} must be >= 1, got {value}")  # type: ignore[operator]
+        if limit:
+            check_count(value, limit, limit_rule, attribute.name)  # type: ignore[arg-type]
 
     return check
 
@@ -56,7 +60,7 @@ class Group:
     """One KV-cache group: kind, per-rank block size b (tokens), EAGLE flag."""
 
     kind: str = attrs.field(validator=_kind)
-    block_size: int = attrs.field(validator=_int_field(RULE_BLOCK))
+    block_size: int = attrs.field(validator=_int_field(RULE_BLOCK, MAX_BLOCK, RULE_LIMIT_BLOCK))
     eagle: bool = attrs.field(default=False, validator=_bool)
 
 
@@ -64,9 +68,9 @@ class Group:
 class Parallel:
     """The parallel layout: DCP size D, interleave I, PCP size; ranks 0..D-1 write keys."""
 
-    dcp: int = attrs.field(default=1, validator=_int_field(RULE_DCP))
+    dcp: int = attrs.field(default=1, validator=_int_field(RULE_DCP, MAX_DCP, RULE_LIMIT_DCP))
     interleave: int = attrs.field(default=1, validator=_int_field(RULE_INTERLEAVE))
-    pcp: int = attrs.field(default=1, validator=_int_field(RULE_PCP))
+    pcp: int = attrs.field(default=1, validator=_int_field(RULE_PCP, MAX_PCP, RULE_LIMIT_PCP))
 
 
 @attrs.frozen(kw_only=True)
@@ -91,6 +95,7 @@ class Geometry:
     @groups.validator
     def _check_groups(self, attribute: attrs.Attribute, value: tuple[Group, ...]) -> None:  # type: ignore[type-arg]
         require(len(value) >= 1, RULE_GROUPS, "a geometry needs at least one group")
+        check_count(len(value), MAX_GROUPS, RULE_LIMIT_GROUPS, "group count")
         for g in value:
             require(isinstance(g, Group), RULE_KIND, f"not a Group: {g!r}")
 

@@ -13,6 +13,8 @@ import attrs
 
 from .errors import SpecError, require
 from .geometry import (Geometry, Group, Parallel, compute_alignment, compute_lcm_span, compute_span, is_fine)
+from .limits import (MAX_PROMPT, MAX_SHARDS, MAX_STORED, RULE_LIMIT_PROMPT, RULE_LIMIT_SHARDS, RULE_LIMIT_STORED,
+                     check_count, compute_longest_prompt, compute_shard_bound)
 from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
 from .plan import LoadEntry, plan_load
 from .rules import DEFAULT_RULES, RuleSet, check_config, get_rules
@@ -50,13 +52,23 @@ class Scenario:
     rules: str = DEFAULT_RULES
 
     def __attrs_post_init__(self) -> None:
-        _int(self.prompt, "prompt", 1)
+        check_count(_int(self.prompt, "prompt", 1), MAX_PROMPT, RULE_LIMIT_PROMPT, "prompt")
         check_config(get_rules(self.rules), self.geometry)
+        check_count(len(self.stored), MAX_STORED, RULE_LIMIT_STORED, "stored request count")
         for r in self.stored:
-            _int(r.prompt, "stored prompt", 0)
+            check_count(_int(r.prompt, "stored prompt", 0), MAX_PROMPT, RULE_LIMIT_PROMPT, "stored prompt")
             _int(r.shared, "shared", 0)
             require(r.shared <= min(r.prompt, self.prompt), RULE_SCENARIO,
                     f"shared {r.shared} exceeds min(stored prompt {r.prompt}, prompt {self.prompt})")
+        g = self.geometry
+        spans = tuple(compute_span(g, GroupId(i)) for i in range(len(g.groups)))
+        longest, extra = max([self.prompt, *(r.prompt for r in self.stored)]), len(self.objects or ()) + len(self.evicted)
+        shards = compute_shard_bound(g.parallel.dcp, spans, longest, len(self.stored), extra)
+        require(shards <= MAX_SHARDS, RULE_LIMIT_SHARDS,
+                f"this scenario names up to {shards} rank shards (D x blocks of every group), past the limit "
+                f"{MAX_SHARDS} (spec/limits.py); this geometry takes prompts up to "
+                f"{compute_longest_prompt(g.parallel.dcp, spans, len(self.stored), extra)} tokens here: "
+                f"use a shorter prompt, a larger unit or block size, or a smaller D")
         if self.objects is not None:
             u, top = self.geometry.unit, self.prompt // self.geometry.unit * self.geometry.unit
             for g, t in self.objects:

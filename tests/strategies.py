@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from kvspec.spec.limits import compute_longest_prompt
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
 from kvspec.spec.scenario import Scenario, StoredRequest
 from kvspec.spec.rules import get_rules
@@ -38,14 +39,16 @@ def scenarios(draw: st.DrawFn, rules: str | None = None, max_blocks: int = 6, ev
     rules = rules or draw(st.sampled_from(SAFE_RULES))
     g = draw(geometries())
     lcm = compute_lcm_span(g)
-    top = min(10**6, max_blocks * lcm)
+    # every prompt within what spec/limits.py accepts for 3 stored requests and 4 evictions
+    cap = compute_longest_prompt(g.parallel.dcp, tuple(compute_span(g, i) for i in range(len(g.groups))), 3, 4)
+    top = min(10**6, max_blocks * lcm, cap)
     near = st.integers(0, max_blocks).flatmap(
-        lambda k: st.integers(max(1, k * lcm - 3 * g.unit), k * lcm + 3 * g.unit))
+        lambda k: st.integers(max(1, min(k * lcm - 3 * g.unit, cap)), min(k * lcm + 3 * g.unit, cap)))
     n = draw(st.one_of(st.integers(1, top), near))
     stored = []
     for _ in range(draw(st.integers(1, 3))):
         # most stored prompts are the lookup itself or overlap it heavily, so hits happen
-        p = draw(st.one_of(st.just(n), st.integers(n, n + 2 * lcm), st.integers(0, top), near))
+        p = draw(st.one_of(st.just(n), st.integers(n, min(n + 2 * lcm, cap)), st.integers(0, top), near))
         s = draw(st.one_of(st.just(min(p, n)), st.just(min(p, n)), st.integers(0, min(p, n))))
         stored.append(StoredRequest(prompt=p, shared=s))
     evicted: frozenset = frozenset()

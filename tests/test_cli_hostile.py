@@ -1,0 +1,166 @@
+"""Hostile input to `kvspec explain`: huge and odd numbers, deep or non-UTF-8 files, endless streams.
+
+The contract (spec/limits.py, checks/cli.py): exit 0 with an answer, or exit 2 with one line naming the
+rule; never a traceback, never a hang, never a memory blow-up; every answer within 2 s of CPU time.
+A fuzz (thousands of in-process runs) plus a regression corpus of cases that once broke it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import resource
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvspec.checks.cli import main
+
+ONE_LINE = re.compile(r"^kvspec: error: [a-z0-9-]+: .+$")
+CPU_BUDGET_S = 2.0
+CORPUS = Path(__file__).parent / "data" / "cli_regressions.txt"
+
+
+def hostile_files(root: Path) -> dict[str, str]:
+    """Write the hostile input files once; return name -> path."""
+    files = {
+        "deep": "[" * 200_000,
+        "deep-obj": '{"a":' * 100_000 + "1" + "}" * 100_000,
+        "bigint": '[{"group": 0, "boundary": ' + "9" * 5000 + "}]",
+        "huge-line": json.dumps({"groups": [{"kind": "attention", "block_size": 16}], "prompt": 10**30,
+                                 "stored_prompt": 10**30}),
+        "many-groups": json.dumps({"groups": [{"kind": "mamba", "block_size": 4}] * 20_001, "prompt": 64,
+                                   "stored_prompt": 64}),
+        "big-dcp": json.dumps({"groups": [{"kind": "attention", "block_size": 16}], "dcp": 10**12, "prompt": 64,
+                               "stored_prompt": 64}),
+        "plausible-huge": json.dumps({"unit": 1, "groups": [{"kind": "attention", "block_size": 1},
+                                                            {"kind": "mamba", "block_size": 4}],
+                                      "prompt": 100_000_000, "stored_prompt": 100_000_000, "rules": "pr53324"}),
+        "ok": json.dumps({"unit": 4, "groups": [{"kind": "attention", "block_size": 16, "eagle": True},
+                                                {"kind": "mamba", "block_size": 16}],
+                          "dcp": 2, "prompt": 57, "stored_prompt": 57}),
+        "objects": json.dumps([{"group": 0, "boundary": 12288}, {"group": 1, "boundary": 13824}]),
+        "many-objects": json.dumps([{"group": 1, "boundary": 128 * k} for k in range(1, 20_000)]),
+    }
+    out = {}
+    for name, text in files.items():
+        p = root / f"{name}.json"
+        p.write_text(text)
+        out[name] = str(p)
+    mixed = root / "mixed.jsonl"  # valid, broken UTF-8, valid: the valid answers are kept
+    mixed.write_bytes(files["ok"].encode() + b"\n\xff\xfe{\n" + files["ok"].encode() + b"\n"
+                      + files["huge-line"].encode() + b"\n" + files["many-groups"].encode() + b"\n")
+    out["mixed"] = str(mixed)
+    nonutf = root / "nonutf.json"
+    nonutf.write_bytes(b"\xff\xfe\x00[")
+    out["nonutf"] = str(nonutf)
+    out["zero"] = "/dev/zero"
+    out["missing"] = str(root / "missing.json")
+    out["dir"] = str(root)
+    return out
+
+
+def run_in_process(argv: list[str]) -> tuple[int, str, str, float]:
+    """Return (exit code, stdout, stderr, CPU seconds) of one in-process CLI run."""
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.process_time()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 2
+    return rc, out.getvalue(), err.getvalue(), time.process_time() - t0
+
+
+def assert_contract(argv: list[str], rc: int, out: str, err: str, cpu: float) -> None:
+    """Exit 0 with nothing on stderr, or exit 2 with one named-rule line; within the CPU budget."""
+    assert cpu < CPU_BUDGET_S, f"{shlex.join(argv)} took {cpu:.2f} s of CPU"
+    if rc == 0:
+        assert not err, err
+    else:
+        assert rc == 2, (rc, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and ONE_LINE.match(lines[0]), err
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return hostile_files(tmp_path_factory.mktemp("hostile"))
+
+
+def _digits(k: int) -> str:
+    return "".join("0123456789"[(7 * i + 3) % 10] for i in range(k)) or "0"
+
+
+INTS = st.one_of(st.integers(-3, 70_000).map(str), st.integers(1, 5000).map(_digits),
+                 st.integers(0, 130).map(lambda k: str(2 ** k)), st.integers(0, 40).map(lambda k: "-" + str(10 ** k)),
+                 st.sampled_from(["", "x", "1e9", "0x10", "١٢٨", "１２８", "128 ", " 12", "+8", "1_000", "nan", "\x00"]))
+GROUPS = st.one_of(st.tuples(st.sampled_from(["attention", "mamba", "Attention", "", "mla"]), INTS,
+                             st.sampled_from(["", ":eagle", ":EAGLE", ":eagle:x"])).map(lambda t: f"{t[0]}:{t[1]}{t[2]}"),
+                   st.text(max_size=12))
+FLAG_VALUES = {"--dcp": INTS, "--unit": INTS, "--prompt": INTS, "--stored-prompt": INTS, "--shared": INTS,
+               "--group": GROUPS, "--retention": st.sampled_from(["replay", "dense", "", "x"]),
+               "--preset": st.sampled_from(["kimi-k3-dcp8", "tiny-dcp2", "small-dcp4", "tiny-two-mamba", "nope"]),
+               "--rules": st.sampled_from(["legacy", "pr53324", "vllm-0.33.0", "vllm", ""])}
+FILE_FLAGS = ("--stored-json", "--scenarios")
+
+
+@st.composite
+def argvs(draw: st.DrawFn, names: list[str]) -> list[str]:
+    argv = ["explain"]
+    for _ in range(draw(st.integers(0, 7))):
+        flag = draw(st.sampled_from([*FLAG_VALUES, *FILE_FLAGS]))
+        argv += [flag, draw(st.sampled_from(names)) if flag in FILE_FLAGS else draw(FLAG_VALUES[flag])]
+    if draw(st.booleans()):
+        argv.append("--json")
+    return argv
+
+
+# ~2000 runs: a few seconds (most runs are refused during argument checks; accepted ones are small)
+@settings(max_examples=2000, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fuzz_explain(files, data):
+    argv = data.draw(argvs(list(files.values())))
+    assert_contract(argv, *run_in_process(argv))
+
+
+def corpus() -> list[str]:
+    return [ln for ln in CORPUS.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+@pytest.mark.parametrize("line", corpus())
+def test_regression_corpus(files, line):
+    argv = shlex.split(line.format(**{k.replace("-", "_"): v for k, v in files.items()}))
+    assert_contract(argv, *run_in_process(argv))
+
+
+def test_scenarios_keep_valid_lines(files):
+    """A broken line costs one error object; the valid lines before and after it are answered."""
+    rc, out, err, cpu = run_in_process(["explain", "--scenarios", files["mixed"]])
+    assert rc == 0 and not err and cpu < CPU_BUDGET_S
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert [r["error"]["rule"] if r["error"] else None for r in rows] == [
+        None, "input-encoding", None, "limit-prompt", "limit-groups"]
+
+
+def test_entry_point_under_memory_cap(files):
+    """Through the real entry point under a 1 GiB address-space cap: one line, no traceback, in time."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    for argv in (["--group", "attention:1", "--group", "mamba:4", "--prompt", "100000000", "--stored-prompt",
+                  "100000000"], ["--stored-json", "/dev/zero", "--preset", "kimi-k3-dcp8", "--prompt", "15000"],
+                 ["--preset", "kimi-k3-dcp8", "--dcp", "1000000000000", "--stored-prompt", "1", "--prompt", "1"]):
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "kvspec.checks", "explain", *argv], capture_output=True, text=True,
+                           timeout=30, preexec_fn=cap)
+        assert time.monotonic() - t0 < 10  # includes interpreter start-up
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and ONE_LINE.match(r.stderr.strip()), r.stderr
