@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -22,11 +24,65 @@ from pathlib import Path
 from typing import Any
 
 
-def free_port() -> int:
-    """Return a free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+PORT_LOCKS = Path(tempfile.gettempdir()) / "kvspec-ports"
+
+
+class PortLease:
+    """A loopback TCP port held for one owner: an exclusive flock on PORT_LOCKS/<port>.lock, released on close.
+
+    Ports come from outside the kernel's ephemeral range (so no outgoing connection or port-0 bind takes
+    them), a lock file excludes every other kvspec process, and a probe bind excludes a port already in
+    use. Unlike bind-release-reuse, two kvspec processes can never be handed the same port.
+    """
+
+    def __init__(self, port: int, fd: int) -> None:
+        self.port, self._fd = port, fd
+
+    def close(self) -> None:
+        """Release the port."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+@functools.lru_cache(maxsize=1)
+def _candidate_ports() -> list[int]:
+    try:
+        lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    ports = [p for p in range(20000, 65536) if not lo <= p <= hi]
+    random.SystemRandom().shuffle(ports)
+    return ports
+
+
+_next_port = 0  # where this process's next search starts in its shuffled candidate list
+
+
+def lease_port() -> PortLease:
+    """Return a lease on a loopback port no other kvspec process holds and nothing listens on."""
+    import fcntl
+    PORT_LOCKS.mkdir(parents=True, exist_ok=True)
+    ports = _candidate_ports()
+    global _next_port
+    for k in range(len(ports)):
+        port = ports[(_next_port + k) % len(ports)]
+        fd = os.open(PORT_LOCKS / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                os.close(fd)
+                continue
+        _next_port = (_next_port + k + 1) % len(ports)
+        return PortLease(port, fd)
+    raise RuntimeError("no free loopback port outside the ephemeral range")
 
 
 def _pdeathsig() -> None:  # pragma: no cover - runs in the child
@@ -44,13 +100,21 @@ def find_master_binary() -> str:
 
 
 class Master:
-    """A running mooncake_master: address, PID, log path."""
+    """A running mooncake_master: address, PID, log path; its two ports are leased until stop()."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], rpc_port: int, metrics_port: int, log: Path) -> None:
-        self.proc = proc
-        self.rpc_port = rpc_port
-        self.metrics_port = metrics_port
-        self.log = log
+    def __init__(self, rpc: PortLease, metrics: PortLease, log_dir: Path, lease_ttl_ms: int) -> None:
+        self._rpc, self._metrics, self.log_dir, self.lease_ttl_ms = rpc, metrics, log_dir, lease_ttl_ms
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = log_dir / f"master-{rpc.port}.log"
+        self.starts = 0
+
+    @property
+    def rpc_port(self) -> int:
+        return self._rpc.port
+
+    @property
+    def metrics_port(self) -> int:
+        return self._metrics.port
 
     @property
     def address(self) -> str:
@@ -58,42 +122,65 @@ class Master:
 
     @property
     def pid(self) -> int:
+        assert self.proc is not None
         return self.proc.pid
 
+    def start(self) -> None:
+        """Start the master process on its leased ports; wait until /health says service_ready."""
+        self.starts += 1
+        cmd = [find_master_binary(), "--rpc_address=127.0.0.1", f"--rpc_port={self.rpc_port}",
+               "--metrics_host=127.0.0.1", f"--metrics_port={self.metrics_port}", "--rpc_thread_num=2",
+               "--client_ttl=2", f"--default_kv_lease_ttl={self.lease_ttl_ms}ms", "--enable_metric_reporting=false"]
+        with open(self.log, "ab") as fh:
+            self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, process_group=0,
+                                         preexec_fn=_pdeathsig)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mooncake_master exited with {self.proc.returncode}; log: {self.log}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/health", timeout=1) as r:
+                    if json.loads(r.read()).get("service_ready"):
+                        return
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            time.sleep(0.05)
+        self.proc.kill()
+        raise RuntimeError(f"mooncake_master not ready in 30 s; log: {self.log}")
+
+    def kill(self) -> None:
+        """SIGKILL the master process by PID (a crash); its ports stay leased for restart()."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def restart(self) -> None:
+        """Kill the master (every object is lost) and start a fresh one on the same ports."""
+        self.kill()
+        self.start()
+
     def stop(self) -> None:
-        """Stop the master by PID: SIGTERM, then SIGKILL."""
-        if self.proc.poll() is None:
+        """Stop the master by PID (SIGTERM, then SIGKILL) and release its ports."""
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        self._rpc.close()
+        self._metrics.close()
 
 
-def start_master(log_dir: str | None = None, rpc_port: int | None = None, lease_ttl_ms: int = 200) -> Master:
-    """Start a master on free loopback ports and wait until /health says service_ready."""
-    rpc = rpc_port or free_port()
-    metrics = free_port()
-    log = Path(log_dir or tempfile.mkdtemp(prefix="kvspec-master-")) / f"master-{rpc}.log"
-    cmd = [find_master_binary(), "--rpc_address=127.0.0.1", f"--rpc_port={rpc}", "--metrics_host=127.0.0.1",
-           f"--metrics_port={metrics}", "--rpc_thread_num=2", "--client_ttl=2",
-           f"--default_kv_lease_ttl={lease_ttl_ms}ms", "--enable_metric_reporting=false"]
-    fh = open(log, "wb")  # noqa: SIM115 - owned by the process
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, process_group=0, preexec_fn=_pdeathsig)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mooncake_master exited with {proc.returncode}; log: {log}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/health", timeout=1) as r:
-                if json.loads(r.read()).get("service_ready"):
-                    return Master(proc, rpc, metrics, log)
-        except Exception:  # noqa: BLE001 - not up yet
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"mooncake_master not ready in 30 s; log: {log}")
+def start_master(log_dir: str | None = None, lease_ttl_ms: int = 200) -> Master:
+    """Start a master on two leased loopback ports and wait until it is ready."""
+    m = Master(lease_port(), lease_port(), Path(log_dir or tempfile.mkdtemp(prefix="kvspec-master-")), lease_ttl_ms)
+    try:
+        m.start()
+    except BaseException:
+        m.stop()
+        raise
+    return m
 
 
 @contextlib.contextmanager
@@ -106,6 +193,13 @@ def running_master(log_dir: str | None = None) -> Iterator[Master]:
         m.stop()
 
 
+def _rendezvous(workdir: Path) -> str:
+    """Return a fresh file:// rendezvous for torch.distributed in workdir (no TCP port to collide on)."""
+    path = workdir / f"rendezvous-{os.getpid()}-{time.monotonic_ns()}"
+    path.unlink(missing_ok=True)
+    return f"file://{path}"
+
+
 def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: str | None = None,
               env: dict[str, str] | None = None, during: Any = None) -> list[dict[str, Any]]:
     """Run `python -m kvspec.impl.worker` as `world` rank processes on one job; return each rank's result.
@@ -116,9 +210,8 @@ def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: 
     wd.mkdir(parents=True, exist_ok=True)
     job_path = wd / "job.json"
     job_path.write_text(json.dumps(job))
-    port = free_port()
     procs = []
-    base_env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+    base_env = {**os.environ, "KVSPEC_RENDEZVOUS": _rendezvous(wd), "WORLD_SIZE": str(world),
                 "MC_STORE_CLIENT_SETUP_RETRIES": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     for r in range(world):
         out, err = wd / f"rank{r}.json", open(wd / f"rank{r}.log", "wb")  # noqa: SIM115
@@ -155,8 +248,7 @@ class RankServers:
         wd = Path(workdir)
         wd.mkdir(parents=True, exist_ok=True)
         (wd / "job.json").write_text(json.dumps(job))
-        port = free_port()
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+        env = {**os.environ, "KVSPEC_RENDEZVOUS": _rendezvous(wd), "WORLD_SIZE": str(world),
                "MC_STORE_CLIENT_SETUP_RETRIES": "1", "PYTHONUNBUFFERED": "1"}
         self.timeout_s = timeout_s
         self.logs = [open(wd / f"server{r}.log", "wb") for r in range(world)]  # noqa: SIM115

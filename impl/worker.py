@@ -50,8 +50,7 @@ def main(argv: list[str]) -> int:
     world = int(os.environ["WORLD_SIZE"])
     device = select_device(rank)
     backend = select_backend(device, world)
-    dist.init_process_group(backend, init_method=f"tcp://{os.environ['MASTER_ADDR']}:"
-                            f"{os.environ['MASTER_PORT']}", rank=rank, world_size=world)
+    dist.init_process_group(backend, init_method=os.environ["KVSPEC_RENDEZVOUS"], rank=rank, world_size=world)
     geometry = geometry_from_json(job["geometry"])
     store = MooncakeKV(job["master"], segment_bytes=job.get("segment_bytes", 64 << 20))
 
@@ -149,8 +148,7 @@ def serve(argv: list[str]) -> int:
     world = int(os.environ["WORLD_SIZE"])
     device = select_device(rank)
     backend = select_backend(device, world)
-    dist.init_process_group(backend, init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
-                            rank=rank, world_size=world)
+    dist.init_process_group(backend, init_method=os.environ["KVSPEC_RENDEZVOUS"], rank=rank, world_size=world)
     geometry = geometry_from_json(job["geometry"])
     store = MooncakeKV(job["master"], segment_bytes=job.get("segment_bytes", 64 << 20))
 

@@ -86,10 +86,7 @@ def test_master_killed_during_load_and_restarted(tmp_path):
 
     def kill_and_restart(pids):
         _wait_for([sync / "ready0", sync / "ready1"])
-        port = state["master"].rpc_port
-        state["master"].proc.kill()  # SIGKILL by PID
-        state["master"].proc.wait(10)
-        state["master"] = cluster.start_master(str(tmp_path), rpc_port=port)
+        state["master"].restart()  # SIGKILL by PID, then a fresh master on the same leased ports
         (sync / "go").touch()
 
     try:
