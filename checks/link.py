@@ -8,6 +8,7 @@ from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.invariants import MISSING
 from kvspec.spec.ops import IntOps
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
+from kvspec.spec.types import GroupId
 
 from .closed_form import Params, compute_closed_form, compute_scaled
 
@@ -32,14 +33,14 @@ def compare(x: Params, draft: bool = False) -> str | None:
     if out.error is not None:
         return f"spec error {out.error}"
     tails = dict(out.tails)
-    got = (out.hit_length, tails.get(0, MISSING), tails.get(len(sc.geometry.groups) - 1, MISSING))
+    got = (out.hit_length, tails.get(GroupId(0), MISSING), tails.get(GroupId(len(sc.geometry.groups) - 1), MISSING))
 
     def tokens(t: int) -> int:
         return compute_scaled(IntOps, x.u, t) if cf.hit > 0 else MISSING
 
     want = (x.u * cf.hit, tokens(cf.tail_attention), tokens(cf.tail_mamba))
-    if draft and tails.get(1, MISSING) != tails.get(0, MISSING):
-        return f"draft tail {tails.get(1)} != attention tail {tails.get(0)} for {x}"
+    if draft and tails.get(GroupId(1), MISSING) != tails.get(GroupId(0), MISSING):
+        return f"draft tail {tails.get(GroupId(1))} != attention tail {tails.get(GroupId(0))} for {x}"
     return None if got == want else f"spec (h, B_att, B_mamba) = {got} but closed form = {want} for {x}"
 
 

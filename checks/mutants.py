@@ -13,8 +13,16 @@ import attrs
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Parallel, compute_alignment, compute_span, is_fine
 from kvspec.spec.invariants import compute_violations
-from kvspec.spec.lookup import (FINDERS, LookupResult, SpecGroup, compute_fixed_point, compute_lookup,
-                                compute_tail_block, compute_tail_boundaries, find_mamba_hit)
+from kvspec.spec.lookup import (
+    FINDERS,
+    LookupResult,
+    SpecGroup,
+    compute_fixed_point,
+    compute_lookup,
+    compute_tail_block,
+    compute_tail_boundaries,
+    find_mamba_hit,
+)
 from kvspec.spec.plan import LoadEntry, plan_load
 from kvspec.spec.rules import TAIL_HIT, TAIL_STORED
 from kvspec.spec.scenario import SPEC_STAGES, Scenario, Stages, evaluate_scenario
@@ -108,7 +116,7 @@ def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, 
         return ()
     out = []
     for gid in range(len(g.groups)):
-        if (gid, h) in present:
+        if (GroupId(gid), Boundary(h)) in present:
             out.append((GroupId(gid), Boundary(h)))
             continue
         s = compute_span(g, GroupId(gid))

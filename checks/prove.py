@@ -17,8 +17,15 @@ import attrs
 from kvspec.spec.invariants import REGISTRY, get_invariant
 from kvspec.spec.ops import IntOps
 
-from .closed_form import (Params, compute_closed_form, compute_closed_witness, has_mamba_facts, has_tail_facts,
-                          is_hit_shaped, pre_params)
+from .closed_form import (
+    Params,
+    compute_closed_form,
+    compute_closed_witness,
+    has_mamba_facts,
+    has_tail_facts,
+    is_hit_shaped,
+    pre_params,
+)
 from .z3ops import Z3Ops
 
 
@@ -189,7 +196,7 @@ def _pre(symbolic: str, assumed: tuple[str, ...] = ()) -> str:
 
 
 ALL = "u, q, D, P, N, S symbolic"
-SYMBOLIC = dict(div_vars=True, split=True, product_lemmas=True)
+SYMBOLIC: dict[str, Any] = dict(div_vars=True, split=True, product_lemmas=True)
 
 
 def compute_theorems() -> tuple[Theorem, ...]:

@@ -7,12 +7,17 @@ exhaustive and link run found nothing, and every mutant was caught.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvspec.spec.scenario import Scenario
 
 ROW = dict[str, Any]
 STRIDE = 12  # exhaustive work split into this many chunks
@@ -64,19 +69,19 @@ def _exhaustive_task(offset: int, fast: bool) -> ROW:
     return {"id": f"EXH-{offset}", "n": n, "bad": bad, "seconds": time.perf_counter() - t0}
 
 
-FAILURE_SCOPE = dict(dcps=(1, 2, 4), units=(1, 2), max_q=3)
+FAILURE_SCOPE: dict[str, Any] = dict(dcps=(1, 2, 4), units=(1, 2), max_q=3)
 
 
-def _failure_scenarios(fast: bool):
+def _failure_scenarios(fast: bool) -> Iterator[Scenario]:
     from .exhaustive import iterate_all
     for k, sc in enumerate(iterate_all(dcps=FAILURE_SCOPE["dcps"], evict=False)):
         if sc.geometry.unit in FAILURE_SCOPE["units"] and all(
-                gr.block_size <= FAILURE_SCOPE["max_q"] * sc.geometry.unit for gr in sc.geometry.groups):
-            if not fast or k % 20 == 0:
-                yield sc
+                gr.block_size <= FAILURE_SCOPE["max_q"] * sc.geometry.unit for gr in sc.geometry.groups) and (
+                not fast or k % 20 == 0):
+            yield sc
 
 
-def _failure_patterns(n: int):
+def _failure_patterns(n: int) -> Iterator[tuple[bool, ...]]:
     yield tuple([True] * n)
     for k in range(n):
         yield tuple(j != k for j in range(n))
@@ -89,8 +94,9 @@ def _failure_task(part: str, fast: bool) -> ROW:
     from kvspec.spec.scenario import evaluate_scenario
     t0 = time.perf_counter()
     n, bad = 0, []
-    mutant = {"exhaustive": {}, "keeps-hit": {"safe_fn": lambda g, E, h, plan, ok: h},
-              "retry-same-hit": {"retry_fn": lambda fails, safe: None}}[part]
+    mutants: dict[str, dict[str, Any]] = {"exhaustive": {}, "keeps-hit": {"safe_fn": lambda g, E, h, plan, ok: h},
+                                          "retry-same-hit": {"retry_fn": lambda fails, safe: None}}
+    mutant = mutants[part]
     for sc in _failure_scenarios(fast):
         out = evaluate_scenario(sc)
         if out.hit_length <= 0:
@@ -133,6 +139,8 @@ def _link_hypothesis(fast: bool) -> ROW:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
+    from kvspec.spec.limits import compute_longest_prompt
+
     from .closed_form import Params
     from .link import compare
     t0 = time.perf_counter()
@@ -143,8 +151,10 @@ def _link_hypothesis(fast: bool) -> ROW:
         u = draw(st.integers(1, 256))
         q = draw(st.integers(1, 16))
         d = draw(st.sampled_from([1, 2, 4, 8, 16]))
-        p = draw(st.integers(0, 10**6))
-        n = draw(st.one_of(st.just(max(p, 1)), st.integers(1, 10**6)))
+        # prompts within spec/limits.py for this geometry (attention, draft, Mamba groups; one stored request)
+        top = max(1, min(10**6, compute_longest_prompt(d, (q * u * d, q * u * d, q * u), 1, 0)))
+        p = draw(st.integers(0, top))
+        n = draw(st.one_of(st.just(max(p, 1)), st.integers(1, top)))
         s = draw(st.one_of(st.just(min(p, n)), st.integers(0, min(p, n))))
         return Params(u=u, q=q, d=d, e=draw(st.integers(0, 1)), dense=draw(st.integers(0, 1)), p=p, n=n, s_shared=s)
 
@@ -177,14 +187,27 @@ def _mutant_task(name: str, fast: bool) -> ROW:
 
 def _run(task: tuple[str, Any, bool]) -> ROW:
     kind, arg, fast = task
-    fn = {"z3": _z3_task, "exh": _exhaustive_task, "link": _link_task, "mut": _mutant_task,
-          "fail": _failure_task}[kind]
+    tasks: dict[str, Callable[[Any, bool], ROW]] = {"z3": _z3_task, "exh": _exhaustive_task, "link": _link_task,
+                                                    "mut": _mutant_task, "fail": _failure_task}
+    fn = tasks[kind]
     row = fn(arg, fast)
     row["kind"] = kind
     return row
 
 
-def collect(fast: bool = False, processes: int | None = None) -> list[ROW]:
+def _progress(row: ROW, done: int, total: int, t0: float) -> None:
+    """Print one line on stderr as a task ends: its id, result, elapsed time, tasks left."""
+    what = row.get("result") or (f"{row['n']} checked, {len(row['bad'])} bad" if "n" in row else
+                                 ("caught" if row.get("ok") else "not caught"))
+    print(f"verify: [{done}/{total}] {row['id']}: {what} ({row.get('seconds', 0):.1f} s; "
+          f"{time.perf_counter() - t0:.0f} s elapsed, {total - done} left)", file=sys.stderr, flush=True)
+
+
+def _run_indexed(task: tuple[int, tuple[str, Any, bool]]) -> tuple[int, ROW]:
+    return task[0], _run(task[1])
+
+
+def collect(fast: bool = False, processes: int | None = None, progress: bool = False) -> list[ROW]:
     """Return every row of the verification table (runs the work on all cores)."""
     from .mutants import MUTANTS
     # longest first, so the two cores finish together: the theorems by budget, then the big runs
@@ -196,10 +219,14 @@ def collect(fast: bool = False, processes: int | None = None) -> list[ROW]:
     tasks += [("mut", m.name, fast) for m in MUTANTS]
     tasks += [("fail", p, fast) for p in ("keeps-hit", "retry-same-hit")]
     procs = processes or min(len(tasks), os.cpu_count() or 1)
-    if procs <= 1:
-        return [_run(t) for t in tasks]
-    with mp.get_context("fork").Pool(procs) as pool:
-        return list(pool.imap(_run, tasks))
+    t0, done = time.perf_counter(), []
+    with mp.get_context("fork").Pool(procs) if procs > 1 else contextlib.nullcontext() as pool:
+        for k, row in (pool.imap_unordered(_run_indexed, enumerate(tasks)) if pool is not None
+                       else map(_run_indexed, enumerate(tasks))):
+            done.append((k, row))
+            if progress:
+                _progress(row, len(done), len(tasks), t0)
+    return [row for _, row in sorted(done, key=lambda x: x[0])]  # task order, whatever order they ended in
 
 
 def summarize(rows: list[ROW], fast: bool) -> dict[str, Any]:
@@ -287,11 +314,30 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_verify(json_out: bool = False, fast: bool = False) -> int:
+def format_junit(report: dict[str, Any]) -> str:
+    """Return the table as JUnit XML: one testcase per row (classname = method), a failure per failed row."""
+    from xml.etree import ElementTree as ET
+    rows = report["rows"]
+    suite = ET.Element("testsuite", name="kvspec-verify", tests=str(len(rows)),
+                       failures=str(sum(not r["ok"] for r in rows)), time=str(report.get("wall_seconds", 0)))
+    for r in rows:
+        case = ET.SubElement(suite, "testcase", classname=f"verify.{r['method']}", name=r["id"],
+                             time=str(r["seconds"]))
+        ET.SubElement(case, "system-out").text = f"{r['statement']}: {r['result']}"
+        if not r["ok"]:
+            ET.SubElement(case, "failure", message=str(r["result"])).text = json.dumps(r.get("failures"), default=str)
+    return str(ET.tostring(suite, encoding="unicode"))
+
+
+def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = None, progress: bool = True) -> int:
     """Run everything, print the table (or JSON), return 0 when all checks pass."""
     t0 = time.perf_counter()
-    report = summarize(collect(fast), fast)
+    report = summarize(collect(fast, progress=progress), fast)
     report["wall_seconds"] = round(time.perf_counter() - t0, 2)
+    if junit:
+        os.makedirs(os.path.dirname(os.path.abspath(junit)), exist_ok=True)
+        with open(junit, "w") as f:
+            f.write(format_junit(report) + "\n")
     if json_out:
         print(json.dumps(report, indent=2))
     else:

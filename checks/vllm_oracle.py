@@ -13,8 +13,10 @@ Nothing of vLLM is copied; every decision below is made by a vLLM function:
 | spec groups, EAGLE proof margins, masks | ``MooncakeStoreCoordinator.from_kv_cache_config``, ``store_mask``, ``load_mask`` |
 | whole-block saves, partial-tail flag | ``RequestTracker`` + ``ReqMeta.from_request_tracker`` |
 | partial-tail puts | ``store/scheduler.py: _partial_tail_non_mamba_puts`` |
-| Mamba checkpoint, retained states | ``get_mamba_prefill_checkpoint_position``, ``replay_boundaries``, ``MambaManager.reachable_block_mask`` |
-| hit and tail boundaries (all rank namespaces) | ``MooncakeStoreWorker._init_lookup_key_prefixes``, ``.lookup``, ``._tail_key_boundaries`` |
+| Mamba checkpoint | ``get_mamba_prefill_checkpoint_position`` |
+| retained Mamba states | ``replay_boundaries``, ``MambaManager.reachable_block_mask`` |
+| hit and tail boundaries (all rank namespaces) | ``MooncakeStoreWorker._init_lookup_key_prefixes``, ``.lookup``, |
+| | ``._tail_key_boundaries`` |
 | load keys | ``KVCacheStoreRecvingThread._handle_request`` over ``ChunkedTokenDatabase.process_tokens`` |
 | key strings | ``KeyMetadata``, ``PoolKey.build_prefix`` / ``build_key_string`` |
 
@@ -38,7 +40,7 @@ from kvspec.spec.geometry import Geometry
 from kvspec.spec.keys import compute_hash_chain
 from kvspec.spec.scenario import Scenario
 from kvspec.spec.store import Obj, compute_visible
-from kvspec.spec.types import Boundary, GroupId
+from kvspec.spec.types import Boundary, GroupId, Tokens
 
 VLLM_VERSION = "0.33.0"
 MODEL = "kvspec-oracle"
@@ -149,7 +151,7 @@ class Engine:
     def key(self, rank: int, group: int, chain: Sequence[bytes], boundary: int) -> str:
         """Return the key string vLLM writes for one rank's shard of (group, boundary)."""
         pk = self.v.data.PoolKey(self.key_metadata(rank, group), chain[boundary // self.unit - 1].hex())
-        return pk.to_string()
+        return str(pk.to_string())
 
     def token_dbs(self, rank: int) -> list[Any]:
         """Return the rank's ChunkedTokenDatabase per group (DCP-resolved block sizes)."""
@@ -165,7 +167,7 @@ class Engine:
     # ------------------------------------------------------------------ store
     def store_objects(self, prompt: int, chain: Sequence[bytes]) -> frozenset[Obj]:
         """Return the (group, boundary) objects one prompt of P tokens stores (see the module docstring)."""
-        v, coord, g = self.v, self.coord, self.g
+        v, coord = self.v, self.coord
         if prompt <= 0:
             return frozenset()
         out: set[Obj] = set()
@@ -248,7 +250,7 @@ class Engine:
         objs: set[Obj] = set()
         keys: set[str] = set()
         for r, chain in zip(scenario.stored, chains):
-            mine = compute_visible(self.store_objects(r.prompt, chain), r.shared)
+            mine = compute_visible(self.store_objects(r.prompt, chain), Tokens(r.shared))
             objs |= mine
             keys |= {self.key(rank, g, lookup_chain, t) for g, t in mine for rank in self.ranks}
         keys -= {self.key(rank, g, lookup_chain, t) for g, t, rank in scenario.evicted}

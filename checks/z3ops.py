@@ -191,23 +191,23 @@ class Z3Ops:
         """Return the larger of a and b."""
         return self.z3.If(a >= b, a, b)
 
-    def If(self, c: Any, x: Any, y: Any) -> Any:  # noqa: N802
+    def If(self, c: Any, x: Any, y: Any) -> Any:
         """Return the term x when c holds, else y."""
         return self.z3.If(c, x, y)
 
-    def And(self, *xs: Any) -> Any:  # noqa: N802
+    def And(self, *xs: Any) -> Any:
         """Return the conjunction of xs."""
         return self.z3.And(*xs)
 
-    def Or(self, *xs: Any) -> Any:  # noqa: N802
+    def Or(self, *xs: Any) -> Any:
         """Return the disjunction of xs."""
         return self.z3.Or(*xs)
 
-    def Not(self, x: Any) -> Any:  # noqa: N802
+    def Not(self, x: Any) -> Any:
         """Return the negation of x."""
         return self.z3.Not(x)
 
-    def Implies(self, a: Any, b: Any) -> Any:  # noqa: N802
+    def Implies(self, a: Any, b: Any) -> Any:
         """Return a => b."""
         return self.z3.Implies(a, b)
 

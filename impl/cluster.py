@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-
 PORT_LOCKS = Path(tempfile.gettempdir()) / "kvspec-ports"
 
 
@@ -64,7 +63,7 @@ def lease_port() -> PortLease:
     import fcntl
     PORT_LOCKS.mkdir(parents=True, exist_ok=True)
     ports = _candidate_ports()
-    global _next_port
+    global _next_port  # noqa: PLW0603 - one search cursor per process
     for k in range(len(ports)):
         port = ports[(_next_port + k) % len(ports)]
         fd = os.open(PORT_LOCKS / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o666)
@@ -88,6 +87,11 @@ def lease_port() -> PortLease:
 def _pdeathsig() -> None:  # pragma: no cover - runs in the child
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _spawn(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    """Start a child that dies with this process (PR_SET_PDEATHSIG)."""
+    return subprocess.Popen(cmd, preexec_fn=_pdeathsig, **kw)  # noqa: PLW1509 - the hook only calls prctl
 
 
 def find_master_binary() -> str:
@@ -132,8 +136,7 @@ class Master:
                "--metrics_host=127.0.0.1", f"--metrics_port={self.metrics_port}", "--rpc_thread_num=2",
                "--client_ttl=2", f"--default_kv_lease_ttl={self.lease_ttl_ms}ms", "--enable_metric_reporting=false"]
         with open(self.log, "ab") as fh:
-            self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, process_group=0,
-                                         preexec_fn=_pdeathsig)
+            self.proc = _spawn(cmd, stdout=fh, stderr=subprocess.STDOUT, process_group=0)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -215,9 +218,8 @@ def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: 
                 "MC_STORE_CLIENT_SETUP_RETRIES": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     for r in range(world):
         out, err = wd / f"rank{r}.json", open(wd / f"rank{r}.log", "wb")  # noqa: SIM115
-        procs.append((subprocess.Popen([sys.executable, "-m", "kvspec.impl.worker", str(job_path), str(r), str(out)],
-                                       env={**base_env, "RANK": str(r)}, stdout=err, stderr=subprocess.STDOUT,
-                                       preexec_fn=_pdeathsig), out, err))
+        procs.append((_spawn([sys.executable, "-m", "kvspec.impl.worker", str(job_path), str(r), str(out)],
+                                       env={**base_env, "RANK": str(r)}, stdout=err, stderr=subprocess.STDOUT), out, err))
     deadline = time.monotonic() + timeout_s
     try:
         if during is not None:
@@ -252,9 +254,9 @@ class RankServers:
                "MC_STORE_CLIENT_SETUP_RETRIES": "1", "PYTHONUNBUFFERED": "1"}
         self.timeout_s = timeout_s
         self.logs = [open(wd / f"server{r}.log", "wb") for r in range(world)]  # noqa: SIM115
-        self.procs = [subprocess.Popen([sys.executable, "-m", "kvspec.impl.worker", "--serve", str(wd / "job.json"),
+        self.procs = [_spawn([sys.executable, "-m", "kvspec.impl.worker", "--serve", str(wd / "job.json"),
                                         str(r)], env={**env, "RANK": str(r)}, stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=self.logs[r], preexec_fn=_pdeathsig)
+                                       stdout=subprocess.PIPE, stderr=self.logs[r])
                       for r in range(world)]
 
     def _read(self, r: int) -> dict[str, Any]:
@@ -269,7 +271,8 @@ class RankServers:
         if not line:
             self.close()
             raise RuntimeError(f"rank {r} exited (rc {p.poll()})")
-        return json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def call(self, rank: int, cmd: dict[str, Any]) -> dict[str, Any]:
         """Send one command to one rank and return its answer."""

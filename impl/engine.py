@@ -14,9 +14,16 @@ from typing import Any
 
 import torch
 
-from kvspec.spec.geometry import (Geometry, compute_alignment, compute_lcm_span, compute_rank_fields, compute_span,
-                                  is_fine)
+from kvspec.spec.geometry import (
+    Geometry,
+    compute_alignment,
+    compute_lcm_span,
+    compute_rank_fields,
+    compute_span,
+    is_fine,
+)
 from kvspec.spec.keys import StoreKey, render_key
+from kvspec.spec.types import Rank
 
 from .lookup import HybridLookup
 from .mooncake_store import NO_AVAILABLE_HANDLE, MooncakeKV
@@ -75,7 +82,7 @@ class RankEngine:
         self.model = SyntheticModel(width)
         self.model_name = model
         self.cache_prefix = cache_prefix
-        self.fields = compute_rank_fields(geometry, rank)
+        self.fields = compute_rank_fields(geometry, Rank(rank))
         self.all_reduce_min = all_reduce_min or (lambda t: None)
         self.spans = [compute_span(geometry, i) for i in range(len(geometry.groups))]
 
@@ -126,7 +133,7 @@ class RankEngine:
                 continue
             b = gr.block_size
             ends = list(range(b, n + 1, b))
-            extra = [tail] if 0 < tail and tail % b else []
+            extra = [tail] if tail > 0 and tail % b else []
             states = self.model.mamba_states(tokens, i, ends + extra).to(self.device)
             if ends:
                 kv.tensors[i][: len(ends)] = states[: len(ends)]

@@ -86,7 +86,7 @@ class HybridLookup:
 
     def _first_round(self) -> list[tuple[int, int]]:
         keys = []
-        for i, kind in enumerate(self.kinds):
+        for i in range(len(self.kinds)):
             step = self.spans[i]
             keys += [(i, t) for t in range(step, self.bound + 1, step)]
         return keys

@@ -48,7 +48,8 @@ def _values(hashes: np.ndarray, salt: int, width: int) -> np.ndarray:
         x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         x = x ^ (x >> np.uint64(31))
-    return (x >> np.uint64(40)).astype(np.float32)
+    out: np.ndarray = (x >> np.uint64(40)).astype(np.float32)
+    return out
 
 
 class SyntheticModel:

@@ -45,7 +45,7 @@ def request_tokens(base: list[int], seed: int, prompt: int, shared: int) -> list
 
 
 def main(argv: list[str]) -> int:
-    job = json.loads(open(argv[1]).read())
+    job = json.loads(Path(argv[1]).read_text())
     rank, out_path = int(argv[2]), argv[3]
     world = int(os.environ["WORLD_SIZE"])
     device = select_device(rank)
@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
             all_reduce_min(ok)
 
             def probe(objs: list[tuple[int, int]]) -> set[tuple[int, int]]:
-                ex = store.exist([eng.key(g, t, chain) for g, t in objs])
+                ex = store.exist([eng.key(g, t, chain) for g, t in objs])  # noqa: B023 - called within this iteration
                 bits = torch.tensor([1 if e == 1 else 0 for e in ex], dtype=torch.int32)
                 all_reduce_min(bits)
                 return {o for o, b in zip(objs, bits.tolist()) if b}
@@ -131,8 +131,8 @@ def main(argv: list[str]) -> int:
             results.append(res)
             dist.barrier()
     finally:
-        open(out_path, "w").write(json.dumps({"rank": rank, "device": str(device), "backend": backend,
-                                               "scenarios": results}))
+        Path(out_path).write_text(json.dumps({"rank": rank, "device": str(device), "backend": backend,
+                                              "scenarios": results}))
         store.close()
         dist.destroy_process_group()
     return 0
@@ -143,7 +143,7 @@ def serve(argv: list[str]) -> int:
 
     Collective commands (`lookup_load`) must be sent to every rank.
     """
-    job = json.loads(open(argv[2]).read())
+    job = json.loads(Path(argv[2]).read_text())
     rank = int(argv[3])
     world = int(os.environ["WORLD_SIZE"])
     device = select_device(rank)

@@ -11,6 +11,10 @@ class SpecError(ValueError):
         self.rule = rule
         self.message = message
 
+    def __reduce__(self) -> tuple[type[SpecError], tuple[str, str]]:
+        """Return how to rebuild this error (it crosses process pools, where ValueError's default would fail)."""
+        return (SpecError, (self.rule, self.message))
+
 
 def require(condition: bool, rule: str, message: str) -> None:
     """Raise SpecError(rule, message) unless condition holds."""

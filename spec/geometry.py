@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 
 from .errors import SpecError, require
-from .limits import (MAX_BLOCK, MAX_DCP, MAX_GROUPS, MAX_PCP, RULE_LIMIT_BLOCK, RULE_LIMIT_DCP, RULE_LIMIT_GROUPS,
-                     RULE_LIMIT_PCP, check_count)
+from .limits import (
+    MAX_BLOCK,
+    MAX_DCP,
+    MAX_GROUPS,
+    MAX_PCP,
+    RULE_LIMIT_BLOCK,
+    RULE_LIMIT_DCP,
+    RULE_LIMIT_GROUPS,
+    RULE_LIMIT_PCP,
+    check_count,
+)
 from .types import KINDS, RETENTIONS, GroupId, Rank, Tokens
 
 # Rule ids used by construction (stable: CLI output, vectors and tests name them).
@@ -37,12 +48,15 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _int_field(rule: str, limit: int = 0, limit_rule: str = "") -> object:
-    def check(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
+Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
+
+
+def _int_field(rule: str, limit: int = 0, limit_rule: str = "") -> Validator:
+    def check(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         require(_is_int(value), RULE_INT, f"{attribute.name} must be an integer, got {value!r}")
-        require(value >= 1, rule, f"{attribute.name} must be >= 1, got {value}")  # type: ignore[operator]
+        require(value >= 1, rule, f"{attribute.name} must be >= 1, got {value}")
         if limit:
-            check_count(value, limit, limit_rule, attribute.name)  # type: ignore[arg-type]
+            check_count(value, limit, limit_rule, attribute.name)
 
     return check
 
@@ -83,12 +97,16 @@ class RankFields:
     pp_rank: int
 
 
+def _to_groups(value: Iterable[Group]) -> tuple[Group, ...]:
+    return tuple(value)
+
+
 @attrs.frozen(kw_only=True, cache_hash=True)
 class Geometry:
     """The whole cache geometry: prefix-match unit u, groups (ids 0..), layout, Mamba retention."""
 
     unit: int = attrs.field(validator=_int_field(RULE_UNIT))
-    groups: tuple[Group, ...] = attrs.field(converter=tuple)
+    groups: tuple[Group, ...] = attrs.field(converter=_to_groups)
     parallel: Parallel = attrs.field(factory=Parallel)
     retention: str = attrs.field(default="replay")
 

@@ -23,7 +23,7 @@ from .geometry import compute_alignment, compute_span
 from .lookup import compute_tail_block
 from .scenario import Outcome, Scenario, compute_stored_objects
 from .store import Obj, compute_present
-from .types import GroupId
+from .types import GroupId, Tokens
 
 MISSING = -1  # tail boundary of a group whose tail key could not be found
 
@@ -69,10 +69,7 @@ def compute_witness(scenario: Scenario, outcome: Outcome, truth: frozenset[Obj] 
                                tail_block=compute_tail_block(s, h) if h > 0 else -1,
                                tail=tails.get(GroupId(gid), MISSING), tail_key=last_key.get(GroupId(gid), MISSING),
                                has=mine.__contains__))
-    if scenario.objects is not None:
-        shared = scenario.prompt
-    else:
-        shared = max((r.shared for r in scenario.stored), default=0)
+    shared = scenario.prompt if scenario.objects is not None else max((r.shared for r in scenario.stored), default=0)
     a = compute_alignment(g)
     return Witness(unit=g.unit, alignment=a, prompt=scenario.prompt, shared=shared,
                    bound=scenario.prompt // a * a, hit=h, groups=tuple(views))
@@ -329,7 +326,7 @@ def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool
     safe = (safe_fn or compute_safe_boundary)(g, present, h, outcome.load, ok)
     mambas = compute_group_ids(g, "mamba")
     cap = (retry_fn or compute_retry_cap)(0 if all(ok) else 1, safe)
-    retry = compute_lookup(g, present, scenario.prompt, cap=cap).hit_length if cap is not None else h
+    retry = compute_lookup(g, present, Tokens(scenario.prompt), cap=cap).hit_length if cap is not None else h
     return FailureWitness(
         alignment=compute_alignment(g), hit=h, safe=safe, all_ok=all(ok),
         attention_loaded=tuple(compute_loaded_prefix(g, a, h, outcome.load, ok)

@@ -127,7 +127,7 @@ def parse_key(text: str) -> StoreKey:
                         hash_hex=parts[6], cache_prefix=prefix)
     except SpecError:
         raise
-    except Exception as exc:  # pragma: no cover - defensive: any other failure is a grammar error
+    except Exception as exc:  # noqa: BLE001 - pragma: no cover; any other failure is a grammar error
         raise SpecError(RULE_KEY, str(exc)) from None
 
 

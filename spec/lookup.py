@@ -199,7 +199,7 @@ def compute_tail_block(span: Tokens, hit: Tokens) -> int:
 def compute_tail_boundary(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, hit: Tokens,
                           group: GroupId, rule: str = TAIL_STORED, lookahead: int = 0) -> Boundary:
     """Return B_g: h if (g, h) is present, else the smallest present unit boundary in (h, min((c+1)·s, ⌊(N−λ)/u⌋·u)] (legacy: h)."""
-    if rule == TAIL_HIT or (group, hit) in present:
+    if rule == TAIL_HIT or (group, Boundary(hit)) in present:
         return Boundary(hit)
     u, s = geometry.unit, compute_span(geometry, group)
     top = min((compute_tail_block(s, hit) + 1) * s, max(prompt - lookahead, 0) // u * u)

@@ -48,27 +48,27 @@ class IntOps:
         return a if a >= b else b
 
     @staticmethod
-    def If(c: bool, x: Any, y: Any) -> Any:  # noqa: N802 - mirrors z3.If
+    def If(c: bool, x: Any, y: Any) -> Any:
         """Return x when c holds, else y."""
         return x if c else y
 
     @staticmethod
-    def And(*xs: bool) -> bool:  # noqa: N802
+    def And(*xs: bool) -> bool:
         """Return the conjunction of xs."""
         return all(xs)
 
     @staticmethod
-    def Or(*xs: bool) -> bool:  # noqa: N802
+    def Or(*xs: bool) -> bool:
         """Return the disjunction of xs."""
         return any(xs)
 
     @staticmethod
-    def Not(x: bool) -> bool:  # noqa: N802
+    def Not(x: bool) -> bool:
         """Return the negation of x."""
         return not x
 
     @staticmethod
-    def Implies(a: bool, b: bool) -> bool:  # noqa: N802
+    def Implies(a: bool, b: bool) -> bool:
         """Return whether a implies b."""
         return (not a) or b
 

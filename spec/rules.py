@@ -11,7 +11,8 @@ from __future__ import annotations
 import attrs
 
 from .errors import SpecError, require
-from .geometry import Geometry, GroupId, compute_span
+from .geometry import Geometry, compute_span
+from .types import GroupId
 
 RULE_RULES = "rules"
 RULE_VLLM_UNIT = "vllm-prefix-match-unit"

@@ -7,14 +7,23 @@ and the test vectors use (attrs is not a serializer).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
 from .errors import SpecError, require
-from .geometry import (Geometry, Group, Parallel, compute_alignment, compute_lcm_span, compute_span, is_fine)
-from .limits import (MAX_PROMPT, MAX_SHARDS, MAX_STORED, RULE_LIMIT_PROMPT, RULE_LIMIT_SHARDS, RULE_LIMIT_STORED,
-                     check_count, compute_longest_prompt, compute_shard_bound)
+from .geometry import Geometry, Group, Parallel, compute_alignment, compute_lcm_span, compute_span, is_fine
+from .limits import (
+    MAX_PROMPT,
+    MAX_SHARDS,
+    MAX_STORED,
+    RULE_LIMIT_PROMPT,
+    RULE_LIMIT_SHARDS,
+    RULE_LIMIT_STORED,
+    check_count,
+    compute_longest_prompt,
+    compute_shard_bound,
+)
 from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
 from .plan import LoadEntry, plan_load
 from .rules import DEFAULT_RULES, RuleSet, check_config, get_rules
@@ -71,9 +80,9 @@ class Scenario:
                 f"use a shorter prompt, a larger unit or block size, or a smaller D")
         if self.objects is not None:
             u, top = self.geometry.unit, self.prompt // self.geometry.unit * self.geometry.unit
-            for g, t in self.objects:
-                _int(g, "stored group", 0, RULE_STORED)
-                require(g < len(self.geometry.groups), RULE_STORED, f"group {g} is not a group of the geometry")
+            for gid, t in self.objects:
+                _int(gid, "stored group", 0, RULE_STORED)
+                require(gid < len(self.geometry.groups), RULE_STORED, f"group {gid} is not a group of the geometry")
                 _int(t, "stored boundary", 1, RULE_STORED)
                 require(t % u == 0, RULE_STORED, f"boundary {t} is not a multiple of the unit {u}")
                 require(t <= top, RULE_STORED,
@@ -105,9 +114,9 @@ class Outcome:
     error: SpecError | None = None
 
     @property
-    def hit_length(self) -> int:
+    def hit_length(self) -> Tokens:
         """Return h (0 when the evaluation stopped on an error)."""
-        return self.lookup.hit_length if self.lookup else 0
+        return Tokens(self.lookup.hit_length if self.lookup else 0)
 
 
 def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[RankObj]:
@@ -176,7 +185,7 @@ def decode_objects(raw: object) -> frozenset[Obj]:
     """Return the objects of a JSON list of {"group": g, "boundary": t}; reject anything else."""
     require(isinstance(raw, list), RULE_STORED, "stored objects must be a JSON list")
     out: set[Obj] = set()
-    for item in raw:  # type: ignore[union-attr]
+    for item in cast(list[Any], raw):
         require(isinstance(item, dict) and set(item) == {"group", "boundary"}, RULE_STORED,
                 f"each stored object is {{\"group\": g, \"boundary\": t}}, got {item!r}")
         g = _int(item["group"], "stored group", 0, RULE_STORED)

@@ -10,8 +10,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
-from .geometry import (Geometry, compute_alignment, compute_group_ids, compute_lcm_span, compute_ranks, compute_span,
-                       has_eagle, is_eagle_spec, is_fine)
+from .geometry import (
+    Geometry,
+    compute_alignment,
+    compute_group_ids,
+    compute_lcm_span,
+    compute_ranks,
+    compute_span,
+    has_eagle,
+    is_eagle_spec,
+    is_fine,
+)
 from .rules import STORE_VLLM_0_33, RuleSet
 from .types import Boundary, GroupId, Rank, Tokens
 
@@ -61,10 +70,8 @@ def compute_mamba_boundaries(geometry: Geometry, group: GroupId, prompt: Tokens)
     """Return the boundaries a Mamba group stores: checkpoints by retention, plus the tail T when it is its own."""
     b = geometry.groups[group].block_size
     r = compute_replay_boundary(geometry, group, prompt)
-    if geometry.retention == "dense":
-        out = {Boundary(k * b) for k in range(1, r // b + 1)}
-    else:
-        out = {Boundary(r)} if r > 0 else set()
+    dense = geometry.retention == "dense"
+    out = {Boundary(k * b) for k in range(1, r // b + 1)} if dense else ({Boundary(r)} if r > 0 else set())
     t = compute_sub_block_tail(geometry, prompt)
     if is_tail_stored(geometry, prompt) and t % b != 0:
         out.add(Boundary(t))
@@ -132,6 +139,7 @@ def is_partial(geometry: Geometry) -> bool:
 def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens) -> tuple[Boundary, ...]:
     """Return the Mamba states replay retention keeps: each replay boundary aligned down to a, then to b (> 0 only)."""
     a, lcm, b = compute_alignment(geometry), compute_lcm_span(geometry), geometry.groups[group].block_size
+    points: tuple[int, ...]
     if has_eagle(geometry):
         points = (max((prompt - 1) // lcm * lcm - lcm, 0), max(prompt // lcm * lcm - lcm, 0))
     else:

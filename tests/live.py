@@ -10,8 +10,8 @@ from kvspec.spec.failure import compute_safe_boundary
 from kvspec.spec.geometry import Geometry
 from kvspec.spec.keys import compute_hash_chain, render_key
 from kvspec.spec.plan import plan_load_keys, plan_store_keys
-from kvspec.spec.scenario import Scenario, evaluate_scenario
 from kvspec.spec.rules import get_rules
+from kvspec.spec.scenario import Scenario, evaluate_scenario
 from kvspec.spec.store import compute_rule_store
 
 MODEL = "kvspec-live"

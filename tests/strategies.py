@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from kvspec.spec.limits import compute_longest_prompt
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
-from kvspec.spec.scenario import Scenario, StoredRequest
+from kvspec.spec.limits import compute_longest_prompt
 from kvspec.spec.rules import get_rules
+from kvspec.spec.scenario import Scenario, StoredRequest
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
 
 DCPS = (1, 2, 4, 8, 16)

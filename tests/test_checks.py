@@ -9,16 +9,30 @@ require("z3")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from kvspec.checks.closed_form import (Params, compute_closed_form, compute_closed_witness,  # noqa: E402
-                                       has_mamba_facts, has_tail_facts, is_hit_shaped, pre_params)
+from kvspec.checks.closed_form import (  # noqa: E402
+    Params,
+    compute_closed_form,
+    compute_closed_witness,
+    has_mamba_facts,
+    has_tail_facts,
+    is_hit_shaped,
+    pre_params,
+)
 from kvspec.checks.exhaustive import iterate_all  # noqa: E402
 from kvspec.checks.link import compare  # noqa: E402
 from kvspec.checks.mutants import MUTANTS, hunt  # noqa: E402
-from kvspec.checks.prove import (STEPS, Theorem, _chain, _replay_scenario, compute_theorems,  # noqa: E402
-                                 format_explain_command, prove)
+from kvspec.checks.prove import (  # noqa: E402
+    STEPS,
+    Theorem,
+    _chain,
+    _replay_scenario,
+    compute_theorems,
+    format_explain_command,
+    prove,
+)
 from kvspec.checks.verify import format_table, summarize  # noqa: E402
-from kvspec.spec.invariants import get_invariant  # noqa: E402
 from kvspec.checks.z3ops import Z3Ops  # noqa: E402
+from kvspec.spec.invariants import get_invariant  # noqa: E402
 
 
 def _closed_claim(claim):

@@ -8,8 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvspec.spec.errors import SpecError
-from kvspec.spec.geometry import (Geometry, Group, compute_alignment, compute_lcm_span, compute_span,
-                                  is_fine, make_geometry)
+from kvspec.spec.geometry import (
+    Geometry,
+    Group,
+    compute_alignment,
+    compute_lcm_span,
+    compute_span,
+    is_fine,
+    make_geometry,
+)
 from kvspec.spec.invariants import get_invariant
 from kvspec.spec.ops import IntOps
 from kvspec.spec.ownership import compute_owner, compute_rank_positions

@@ -26,7 +26,7 @@ def test_impl_imports_only_geometry_keys_and_types_from_the_spec():
             elif isinstance(node, ast.Import):
                 mods = [a.name for a in node.names]
             for m in mods:
-                if (m.startswith("kvspec.spec") or m.startswith("kvspec.checks")) and m not in ALLOWED:
+                if m.startswith(("kvspec.spec", "kvspec.checks")) and m not in ALLOWED:
                     bad.append(f"{f.name}: {m}")
     assert not bad, bad
 

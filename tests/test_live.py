@@ -22,7 +22,8 @@ def run(master, scenarios, tmp_path, tag, evict_after_lookup=None):
     ranks = cluster.run_ranks(job, scenarios[0].geometry.parallel.dcp, timeout_s=600, workdir=str(tmp_path))
     totals = compare(scenarios, job, ranks)
     print(f"[{tag}] {len(scenarios)} scenarios x {len(ranks)} ranks: bytes compared {totals['bytes_compared']}, "
-          f"bytes wrong {totals['bytes_wrong']} (+{totals['draft_lookahead_bytes']} draft-lookahead), keys put {totals['keys_put']}, loads {totals['loads']}, "
+          f"bytes wrong {totals['bytes_wrong']} (+{totals['draft_lookahead_bytes']} draft-lookahead), "
+          f"keys put {totals['keys_put']}, loads {totals['loads']}, "
           f"-704 {totals['minus704']}")
     return totals
 

@@ -9,7 +9,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from kvspec.impl.engine import RankEngine
 from kvspec.spec.failure import compute_retry_cap, compute_safe_boundary
@@ -19,9 +26,8 @@ from kvspec.spec.lookup import compute_lookup
 from kvspec.spec.model import ModelStore, apply_evict, apply_put, compute_present_in_chain
 from kvspec.spec.store import compute_store_boundaries
 
-from .test_stateful import prompts, spec_expectation, tokens_of
-
 from .conftest import require
+from .test_stateful import prompts, spec_expectation, tokens_of
 
 pytestmark = [pytest.mark.live, pytest.mark.stateful]
 cluster = require("kvspec.impl.cluster")

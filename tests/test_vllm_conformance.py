@@ -94,7 +94,7 @@ def test_vllm_key_grammar_renders_as_vllm(v):
     for _ in range(300):
         k = StoreKey(model="".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))),
                      tp_rank=rng.randint(0, 15), pcp_rank=rng.randint(0, 3), dcp_rank=rng.randint(0, 15),
-                     pp_rank=rng.randint(0, 3), group=rng.randint(0, 4), hash_hex="%064x" % rng.getrandbits(256),
+                     pp_rank=rng.randint(0, 3), group=rng.randint(0, 4), hash_hex=f"{rng.getrandbits(256):064x}",
                      cache_prefix=rng.choice(["", "bf16", "a@b", "x%40"]))
         meta = v.data.KeyMetadata(model_name=k.model, tp_rank=k.tp_rank, pcp_rank=k.pcp_rank, dcp_rank=k.dcp_rank,
                                   pp_rank=k.pp_rank, group_id=k.group, cache_prefix=k.cache_prefix)
