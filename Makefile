@@ -18,7 +18,7 @@ UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-platform x86_64-man
 CPU_TORCH_SOURCE = $(if $(wildcard /opt/wheels),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu \
                    --index-strategy unsafe-best-match)
 
-.PHONY: all venv venv-gpu vllm-venv verify test test-main test-unit test-live test-vllm test-fast conform bench gpu-check lint lock clean
+.PHONY: gpu-carry all venv venv-gpu vllm-venv verify test test-main test-unit test-live test-vllm test-fast conform bench gpu-check lint lock clean
 
 all: verify test
 
@@ -80,7 +80,11 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m kvspec.checks bench --json
 
-# On a lent GPU machine: CUDA Mooncake wheel, CUDA tensors + NCCL live test, transfer bench.
+# A lent GPU machine: `make gpu-carry` here stages the carried files and prints the carry list and size
+# (the dry run); the device runs `bash checks/gpu_check.sh` with carry [".cache/gpu-carry"].
+gpu-carry:
+	bash checks/gpu_carry.sh
+
 gpu-check:
 	bash checks/gpu_check.sh
 

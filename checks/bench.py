@@ -7,7 +7,8 @@ measured in the same run.
     spec's (which is what the full probe yields).
 (b) transfer: the implementation's store and load paths (existence check, key rendering,
     zero-copy batch put/get from the paged KV tensors) against raw Mooncake `batch_put_from` /
-    `batch_get_into` of the same bytes, on a real master, in one process.
+    `batch_get_into` of the same bytes, D rank processes over TCP to a real master, at a realistic
+    layout (LayerLayout: a Kimi-Linear-class hybrid), with this machine's memcpy bandwidth for context.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import json
 import statistics
 import time
 from typing import Any
+
+import attrs
 
 from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
@@ -50,96 +53,89 @@ def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
     return rows
 
 
-def bench_transfer(repeats: int = 5, width: int = 256, prompt: int = 131_072) -> dict[str, Any]:
-    """Return store/load throughput ratios (ours / raw Mooncake) for the same bytes on a real master."""
+@attrs.frozen(kw_only=True)
+class LayerLayout:
+    """The bytes a hybrid model keeps per token and per request: MLA latents of its attention layers and the
+    recurrent (Mamba / KDA) state of its linear layers. Default: a Kimi-Linear-class hybrid."""
+
+    attention_layers: int = 7  # MLA layers
+    latent: int = 576  # latent values per token per layer (512 compressed KV + 64 RoPE)
+    latent_bytes: int = 2  # bf16
+    state_layers: int = 20  # KDA / Mamba layers
+    state_heads: int = 32
+    state_head_dim: int = 128  # a state is heads x d x d
+    state_bytes: int = 4  # fp32
+
+    def compute_attention_bytes_per_token(self) -> int:
+        """Return layers * latent * bytes: attention KV of one token (DCP spreads tokens, not bytes)."""
+        return self.attention_layers * self.latent * self.latent_bytes
+
+    def compute_state_bytes(self, tp: int) -> int:
+        """Return one rank's recurrent state of a request: layers * heads * d^2 * bytes / TP (heads shard)."""
+        return self.state_layers * self.state_heads * self.state_head_dim ** 2 * self.state_bytes // tp
+
+
+def measure_memcpy_gib_s(nbytes: int = 256 << 20, repeats: int = 3) -> float:
+    """Return this machine's host memcpy bandwidth (best of `repeats` tensor copies), for context."""
     import torch
+    src, dst = torch.ones(nbytes // 4), torch.empty(nbytes // 4)
+    best = min(_time(lambda: dst.copy_(src)) for _ in range(repeats))
+    return round(nbytes / best / 2**30, 2)
 
-    from kvspec.impl.cluster import running_master
-    from kvspec.impl.engine import RankEngine, RequestKV
-    from kvspec.impl.mooncake_store import MooncakeKV
-    from kvspec.impl.worker import make_tokens
-    from kvspec.spec.keys import compute_hash_chain
 
-    g = get_preset("kimi-k3-dcp8")
-    ours_put: list[float] = []
-    raw_put: list[float] = []
-    ours_get: list[float] = []
-    raw_get: list[float] = []
-    sizes_seen: list[int] = []
-    load_seen: list[int] = []
-    with running_master() as m:
-        store = MooncakeKV(m.address, segment_bytes=1 << 30, local_buffer_bytes=16 << 20)
-        try:
-            for k in range(repeats + 1):  # iteration 0 warms the segment up and is not counted
-                first_ours = k % 2 == 0  # alternate which path runs first: no order bias
-                eng = RankEngine(g, 0, store, torch.device("cpu"), width=width, cache_prefix=f"bench-{k}")
-                toks = make_tokens(k + 1, prompt)
-                chain = compute_hash_chain(toks, g.unit)
-                kv = RequestKV(g, prompt, width, torch.device("cpu"))
-                eng.prefill(toks, kv)
-                for t in kv.tensors:  # registered once per slab (unregistered below, before the memory goes)
-                    store.register(t.data_ptr(), t.nbytes)
-                objs = eng.plan_objects(prompt)
-                bufs = [eng.object_buffer(kv, i, t) for i, t in objs]  # the same bytes the store path puts
-                ptrs, sizes = [b.data_ptr() for b in bufs], [b.nbytes for b in bufs]
-                raw_keys = [f"raw-{k}-{j}" for j in range(len(objs))]
+def _time(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
-                def ours_store() -> None:
-                    t0 = time.perf_counter()
-                    st = eng.store_request(toks, chain, kv)  # plan, keys, existence check, zero-copy put  # noqa: B023 - called within this iteration
-                    ours_put.append(time.perf_counter() - t0)
-                    assert len(st["put"]) == len(objs), st  # noqa: B023 - called within this iteration
-                    sizes_seen.append(st["bytes"])
 
-                def raw_store() -> None:
-                    t0 = time.perf_counter()
-                    rc = store.put(raw_keys, ptrs, sizes)  # noqa: B023 - called within this iteration
-                    raw_put.append(time.perf_counter() - t0)
-                    assert all(r == 0 for r in rc), rc
+def bench_transfer(dcp: int = 2, tokens: int = 16_384, repeats: int = 3, layout: LayerLayout | None = None,
+                   rules: str = "vllm-0.33.0") -> dict[str, Any]:
+    """Return store and load GiB/s of the implementation and of raw Mooncake batch calls on the same bytes.
 
-                for fn in ((ours_store, raw_store) if first_ours else (raw_store, ours_store)):
-                    fn()
-                spec = evaluate_scenario(Scenario(geometry=g, prompt=prompt,
-                                                  stored=(StoredRequest(prompt=prompt, shared=prompt),)))
-                tails = [list(x) for x in spec.tails]
-                cold_a = RequestKV(g, prompt, width, torch.device("cpu"))
-                cold_b = RequestKV(g, prompt, width, torch.device("cpu"))
-                for t in (*cold_a.tensors, *cold_b.tensors):
-                    store.register(t.data_ptr(), t.nbytes)
-                plan = eng.plan_load(spec.hit_length, tails)
-                keys = [eng.key(i, t, chain) for i, _, t in plan]
-                dst = [cold_b.block(i, b).data_ptr() for i, b, _ in plan]
-                dsz = [cold_b.block(i, b).nbytes for i, b, _ in plan]
+    D rank processes (kvspec.impl.transfer_bench) over TCP to a real master on 127.0.0.1; kimi-k3-dcp8's
+    block sizes at DCP D; per-token bytes from the layer layout. Per iteration the step time is the slowest
+    rank's; GiB/s = bytes over all ranks / step time; ratio = raw time / ours time (>= 0.9 is the target).
+    """
+    import tempfile
 
-                def ours_load() -> None:
-                    t0 = time.perf_counter()
-                    ld = eng.load(chain, spec.hit_length, tails, cold_a)  # plan, keys, zero-copy get  # noqa: B023 - called within this iteration
-                    ours_get.append(time.perf_counter() - t0)
-                    assert not ld["failed"], ld["failed"]
-                    load_seen.append(ld["bytes"])
+    from kvspec.impl.cluster import run_ranks, running_master
+    from kvspec.spec.geometry import Parallel
 
-                def raw_load() -> None:
-                    t0 = time.perf_counter()
-                    rg = store.get(keys, dst, dsz)  # noqa: B023 - called within this iteration
-                    raw_get.append(time.perf_counter() - t0)
-                    assert all(r >= 0 for r in rg), rg
+    lay = layout or LayerLayout()
+    g = attrs.evolve(get_preset("kimi-k3-dcp8"), parallel=Parallel(dcp=dcp))
+    per_token = lay.compute_attention_bytes_per_token()
+    width, mwidth = -(-per_token // 4), -(-lay.compute_state_bytes(dcp) // 4)
+    job = {"geometry": {"unit": g.unit, "dcp": dcp, "retention": g.retention,
+                        "groups": [{"kind": x.kind, "block_size": x.block_size, "eagle": x.eagle} for x in g.groups]},
+           "tokens": tokens, "width": width, "mamba_width": mwidth, "repeats": repeats, "store_rule": rules,
+           "segment_bytes": 1 << 30}
+    with tempfile.TemporaryDirectory(prefix="kvspec-tbench-") as wd, running_master(wd) as m:
+        job["master"] = m.address
+        ranks = run_ranks(job, dcp, timeout_s=600, workdir=wd, module="kvspec.impl.transfer_bench")
+    iters = list(zip(*(r["rows"] for r in ranks)))
 
-                for fn in ((ours_load, raw_load) if first_ours else (raw_load, ours_load)):
-                    fn()
-                for t in (*kv.tensors, *cold_a.tensors, *cold_b.tensors):
-                    store.unregister(t.data_ptr())
-                if k == 0:
-                    for lst in (ours_put, raw_put, ours_get, raw_get):
-                        lst.clear()
-        finally:
-            store.close()
-    med = statistics.median
-    nbytes, load_bytes = sizes_seen[-1], load_seen[-1]
-    return {"put_ratio": round(med(raw_put) / med(ours_put), 3), "get_ratio": round(med(raw_get) / med(ours_get), 3),
-            "bytes": nbytes, "load_bytes": load_bytes, "repeats": repeats,
-            "put_s": {"ours": round(med(ours_put), 5), "raw": round(med(raw_put), 5)},
-            "get_s": {"ours": round(med(ours_get), 5), "raw": round(med(raw_get), 5)},
-            "put_gib_s": round(nbytes / med(ours_put) / 2**30, 3), "get_gib_s": round(load_bytes / med(ours_get) / 2**30, 3)}
+    def step(rows: tuple[dict[str, Any], ...], phase: str, who: str) -> float:
+        return max(r[f"{phase}_s"][who] for r in rows)
+
+    def gib_s(phase: str, who: str) -> float:
+        key = f"{phase}_bytes" if who == "ours" else f"raw_{phase}_bytes"
+        return statistics.median(sum(r[key] for r in rows) / step(rows, phase, who) / 2**30 for rows in iters)
+
+    def ratio(phase: str) -> float:
+        return statistics.median(step(rows, phase, "raw") / step(rows, phase, "ours") for rows in iters)
+
+    first = iters[0]
+    return {"dcp": dcp, "tokens": tokens, "iterations": len(iters), "rules": rules, "device": ranks[0]["device"],
+            "backend": ranks[0]["backend"], "staging": ranks[0]["staging"],
+            "layout": attrs.asdict(lay), "bytes_per_token": per_token, "bytes_per_token_per_rank": per_token / dcp,
+            "state_bytes_per_rank": lay.compute_state_bytes(dcp),
+            "objects_per_rank": first[0]["objects"], "loads_per_rank": first[0]["loads"],
+            "put_bytes": sum(r["put_bytes"] for r in first), "get_bytes": sum(r["get_bytes"] for r in first),
+            "put_gib_s": {"ours": round(gib_s("put", "ours"), 3), "raw": round(gib_s("put", "raw"), 3)},
+            "get_gib_s": {"ours": round(gib_s("get", "ours"), 3), "raw": round(gib_s("get", "raw"), 3)},
+            "put_ratio": round(ratio("put"), 3), "get_ratio": round(ratio("get"), 3),
+            "same_bytes": all(r["same_bytes"] for rows in iters for r in rows)}
 
 
 def bench_efficiency(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), step: int = 7) -> list[dict[str, Any]]:
@@ -175,12 +171,36 @@ def bench_efficiency(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), st
     return rows
 
 
-def run_bench(quick: bool = False) -> int:
-    """Print the benchmark JSON object; return 0."""
+def format_bench(out: dict[str, Any]) -> str:
+    """Return the readable summary of a bench run."""
+    lines = []
+    for r in out.get("lookup", []):
+        lines.append(f"lookup {r['rules']:<12} N={r['tokens']:>9}: {r['probes']} probes vs {r['baseline_probes']} "
+                     f"({r['ratio']}x), {r['rounds']} rounds, identical to the spec: {r['identical']}")
+    for r in out.get("efficiency", []):
+        lines.append(f"efficiency {r['geometry']:<13} {r['retention']:<6} {r['rules']:<12}: reused/reusable "
+                     f"{r['reused_over_reusable']:.1%}, zero hits {r['zero_hits']}/{r['prompts']}"
+                     + (f", 1M resend hits {r['hit_at_1m']}" if "hit_at_1m" in r else ""))
+    if "memcpy_gib_s" in out:
+        lines.append(f"memcpy (this machine): {out['memcpy_gib_s']} GiB/s")
+    for r in out.get("transfer", []):
+        lines.append(f"transfer D={r['dcp']} N={r['tokens']} ({r['bytes_per_token']} B/token, {r['device']}"
+                     f"{', staged' if r['staging'] else ''}): put {r['put_gib_s']['ours']} vs raw "
+                     f"{r['put_gib_s']['raw']} GiB/s (ratio {r['put_ratio']}), get {r['get_gib_s']['ours']} vs raw "
+                     f"{r['get_gib_s']['raw']} GiB/s (ratio {r['get_ratio']}), same bytes: {r['same_bytes']}")
+    return "\n".join(lines)
+
+
+def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool = False,
+              dcps: tuple[int, ...] | None = None, tokens: int | None = None) -> int:
+    """Run the benches, print the summary (or the JSON object); return 0."""
     import torch
-    out = {"lookup": bench_lookup((32_768, 131_072) if quick else (32_768, 131_072, 1_048_576)),
-           "efficiency": bench_efficiency(step=49 if quick else 7),
-           "transfer": bench_transfer(repeats=2 if quick else 5),
-           "device": "cuda" if torch.cuda.is_available() else "cpu"}
-    print(json.dumps(out, indent=2))
+    out: dict[str, Any] = {"device": "cuda" if torch.cuda.is_available() else "cpu"}
+    if not transfer_only:
+        out["lookup"] = bench_lookup((32_768, 131_072) if quick else (32_768, 131_072, 1_048_576))
+        out["efficiency"] = bench_efficiency(step=49 if quick else 7)
+    out["memcpy_gib_s"] = measure_memcpy_gib_s()
+    out["transfer"] = [bench_transfer(dcp=d, tokens=tokens or (16_384 if quick else 32_768),
+                                      repeats=2 if quick else 3) for d in (dcps or ((2,) if quick else (2, 4)))]
+    print(json.dumps(out, indent=2) if json_out else format_bench(out))
     return 0

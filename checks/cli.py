@@ -233,8 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="seed of the scenario generator")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     b = sub.add_parser("bench", help="lookup-probe and transfer benchmarks (needs torch and mooncake)")
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--quick", action="store_true")
+    b.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    b.add_argument("--quick", action="store_true", help="smaller sweeps (about a minute)")
+    b.add_argument("--transfer-only", action="store_true", help="only the transfer bench (the GPU check runs this)")
+    b.add_argument("--dcp", type=int, action="append", choices=[1, 2, 4, 8], metavar="D",
+                   help="DCP sizes of the transfer bench (repeatable; default 2 and 4, quick: 2)")
+    b.add_argument("--tokens", type=int, metavar="N", help="tokens of the transfer bench's request (default 32768)")
     return p
 
 
@@ -259,7 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ImportError, OSError) as exc:
             _die("bench-deps", f"kvspec bench needs torch and the Mooncake wheel (make venv): {exc}")
         from kvspec.checks.bench import run_bench
-        return run_bench(quick=args.quick)
+        return run_bench(quick=args.quick, transfer_only=args.transfer_only, json_out=args.json,
+                         dcps=tuple(args.dcp) if args.dcp else None, tokens=args.tokens)
     except SpecError as err:
         _die(err.rule, err.message)
     except BrokenPipeError:

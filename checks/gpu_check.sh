@@ -1,24 +1,40 @@
 #!/usr/bin/env bash
-# make gpu-check: on a lent GPU machine (within ~8 minutes): the CUDA Mooncake wheel, the live
-# differential tests with CUDA tensors (NCCL when every rank has a GPU, gloo otherwise), and the
-# transfer benchmark. Output goes to stdout and, when $OUT is set, to $OUT/gpu-check.log.
+# make gpu-check, on a lent GPU machine (one run, within 8 minutes; the device tool's command is
+# `bash checks/gpu_check.sh` with carry [".cache/gpu-carry"], staged here first by `make gpu-carry`).
+# Uses the image's Python 3.12 and CUDA torch; installs only the carried non-CUDA Mooncake wheel (no
+# registry there). Runs the live differential tests on CUDA tensors (NCCL when there is a GPU per rank,
+# otherwise gloo with D processes sharing one GPU; KV staged through pinned host buffers) and the
+# transfer bench, and prints the same totals as the CPU run. Output also goes to $OUT/gpu-check.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOG=${OUT:-/tmp}/gpu-check.log
-exec > >(tee "$LOG") 2>&1
-nvidia-smi -L || { echo "no GPU visible"; exit 2; }
-# The device machine reaches no registry: wheels travel in .whl/ (see the device tool's README),
-# downloaded here with `pip download --only-binary=:all: --python-version 3.12 ... -d .whl` for
-# torch (CUDA), numpy, attrs, hypothesis, pytest, sortedcontainers, mooncake-transfer-engine.
+START=$(date +%s)
+OUTDIR=${OUT:-/tmp}
+exec > >(tee "$OUTDIR/gpu-check.log") 2>&1
+step() { echo "== $* ($(( $(date +%s) - START )) s)"; }
+step "GPUs"
+nvidia-smi -L || { echo "gpu-check: no GPU visible"; exit 2; }
+CARRY=.cache/gpu-carry
+[ -d "$CARRY" ] || { echo "gpu-check: $CARRY missing: run make gpu-carry here and carry it"; exit 2; }
+if ! ldconfig -p | grep -q libibverbs.so.1; then
+  step "libibverbs1 from the carried .debs"
+  mkdir -p .cache/ibverbs
+  for d in "$CARRY"/*.deb; do dpkg-deb -x "$d" .cache/ibverbs; done
+  export LD_LIBRARY_PATH="$PWD/.cache/ibverbs/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+step "venv over the image's packages + the carried Mooncake wheel"
 python3 -m venv --system-site-packages .venv-gpu
-PIP=.venv-gpu/bin/pip
-FIND=""; [ -d .whl ] && FIND="--no-index --find-links .whl"
-$PIP install -q $FIND torch numpy attrs hypothesis pytest
-$PIP uninstall -q -y mooncake-transfer-engine-non-cuda 2>/dev/null || true
-$PIP install -q $FIND mooncake-transfer-engine==0.3.13.post1
-$PIP install -q --no-deps --no-build-isolation -e .
-if [ "$(id -u)" = 0 ] && ! ldconfig -p | grep -q libibverbs.so.1; then apt-get update -qq && apt-get install -y -qq libibverbs1; fi
-.venv-gpu/bin/python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.device_count())"
-export KVSPEC_DEVICE=cuda HYPOTHESIS_PROFILE=ci
-timeout 360 .venv-gpu/bin/python -m pytest -q -s tests/test_live.py
-timeout 120 .venv-gpu/bin/python -m kvspec.checks bench --json --quick
+.venv-gpu/bin/pip install -q --no-index --no-deps "$CARRY"/mooncake_transfer_engine_non_cuda-*.whl
+# kvspec without a build step: its three packages through a symlink tree on PYTHONPATH
+mkdir -p .cache/gpu-src/kvspec && for d in spec checks impl; do ln -sfn "$PWD/$d" ".cache/gpu-src/kvspec/$d"; done
+export PYTHONPATH="$PWD/.cache/gpu-src" KVSPEC_DEVICE=cuda HYPOTHESIS_PROFILE=ci
+PY=.venv-gpu/bin/python
+$PY -c "import torch, mooncake.store; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), \
+'devices', torch.cuda.device_count())"
+step "live differential tests on CUDA tensors"
+timeout 330 $PY -m pytest -q -s -p no:cacheprovider --timeout=300 -m "live and not slow" \
+  tests/test_live.py tests/test_faults.py --junitxml="$OUTDIR/gpu-live.xml" || status=$?
+step "transfer bench"
+timeout 120 $PY -m kvspec.checks bench --json --quick --transfer-only > "$OUTDIR/gpu-bench.json" || status=$?
+cat "$OUTDIR/gpu-bench.json"
+step "done"
+exit "${status:-0}"

@@ -204,8 +204,9 @@ def _rendezvous(workdir: Path) -> str:
 
 
 def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: str | None = None,
-              env: dict[str, str] | None = None, during: Any = None) -> list[dict[str, Any]]:
-    """Run `python -m kvspec.impl.worker` as `world` rank processes on one job; return each rank's result.
+              env: dict[str, str] | None = None, during: Any = None,
+              module: str = "kvspec.impl.worker") -> list[dict[str, Any]]:
+    """Run `python -m MODULE JOB RANK OUT` as `world` rank processes on one job; return each rank's result.
 
     `during(pids)`, if given, runs in the parent while the ranks run (fault injection).
     """
@@ -218,7 +219,7 @@ def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: 
                 "MC_STORE_CLIENT_SETUP_RETRIES": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     for r in range(world):
         out, err = wd / f"rank{r}.json", open(wd / f"rank{r}.log", "wb")  # noqa: SIM115
-        procs.append((_spawn([sys.executable, "-m", "kvspec.impl.worker", str(job_path), str(r), str(out)],
+        procs.append((_spawn([sys.executable, "-m", module, str(job_path), str(r), str(out)],
                                        env={**base_env, "RANK": str(r)}, stdout=err, stderr=subprocess.STDOUT), out, err))
     deadline = time.monotonic() + timeout_s
     try:

@@ -17,6 +17,25 @@ def select_device(local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
+def needs_staging(device: torch.device) -> bool:
+    """Return whether KV on this device must be staged through host buffers for the store client.
+
+    KVSPEC_STAGING=1 forces staging, =0 forbids it; by default CUDA tensors are staged when the installed
+    Mooncake wheel is the non-CUDA build (it can register and address host memory only).
+    """
+    want = os.environ.get("KVSPEC_STAGING", "auto")
+    if want in ("0", "1"):
+        return want == "1"
+    if device.type != "cuda":
+        return False
+    from importlib import metadata
+    try:
+        metadata.distribution("mooncake-transfer-engine")
+        return False  # the CUDA wheel registers device memory itself
+    except metadata.PackageNotFoundError:
+        return True
+
+
 def select_backend(device: torch.device, world_size: int = 1) -> str:
     """Return the torch.distributed backend: nccl when every rank has its own GPU, else gloo."""
     return "nccl" if device.type == "cuda" and torch.cuda.device_count() >= world_size else "gloo"

@@ -25,6 +25,7 @@ from kvspec.spec.geometry import (
 from kvspec.spec.keys import StoreKey, render_key
 from kvspec.spec.types import Rank
 
+from .device import needs_staging
 from .lookup import HybridLookup
 from .mooncake_store import NO_AVAILABLE_HANDLE, MooncakeKV
 from .synthetic import SyntheticModel
@@ -33,18 +34,56 @@ Obj = tuple[int, int]
 
 
 class RequestKV:
-    """Paged KV of one request on one rank: attention [blocks, b, W] (this rank's slots), Mamba [blocks+1, W]."""
+    """Paged KV of one request on one rank: attention [blocks, b, W] (this rank's slots), Mamba [blocks+1, W].
 
-    def __init__(self, geometry: Geometry, n_tokens: int, width: int, device: torch.device) -> None:
+    With staging (a store client that cannot address device memory, e.g. the non-CUDA Mooncake wheel with
+    CUDA tensors), each slab has a host mirror (pinned when CUDA is present): the store reads and writes
+    the mirror, and blocks are copied device -> host before a put and host -> device after a get.
+    """
+
+    def __init__(self, geometry: Geometry, n_tokens: int, width: int, device: torch.device,
+                 staging: bool | None = None, mamba_width: int | None = None) -> None:
         self.tensors: list[torch.Tensor] = []
         for i, gr in enumerate(geometry.groups):
             blocks = max(1, math.ceil(max(n_tokens, 1) / compute_span(geometry, i)))
-            shape = (blocks, gr.block_size, width) if gr.kind == "attention" else (blocks + 1, width)
+            shape = (blocks, gr.block_size, width) if gr.kind == "attention" else (blocks + 1, mamba_width or width)
             self.tensors.append(torch.full(shape, float("nan"), dtype=torch.float32, device=device))
+        self.staging = needs_staging(device) if staging is None else staging
+        pin = torch.cuda.is_available()
+        self.host = [torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=pin) for t in self.tensors] \
+            if self.staging else None
+
+    @property
+    def io_tensors(self) -> list[torch.Tensor]:
+        """Return the slabs the store client reads and writes (the host mirrors when staging)."""
+        return self.host if self.host is not None else self.tensors
 
     def block(self, group: int, index: int) -> torch.Tensor:
         """Return the physical block (a contiguous view) of a group."""
         return self.tensors[group][index]
+
+    def io_block(self, group: int, index: int) -> torch.Tensor:
+        """Return the block the store client puts from or gets into."""
+        return self.io_tensors[group][index]
+
+    def stage_out(self, blocks: Sequence[tuple[int, int]]) -> None:
+        """Copy blocks device -> host mirror before a put (no-op without staging)."""
+        if self.host is not None:
+            for g, i in blocks:
+                self.host[g][i].copy_(self.tensors[g][i], non_blocking=True)
+        self.synchronize()
+
+    def stage_in(self, blocks: Sequence[tuple[int, int]]) -> None:
+        """Copy blocks host mirror -> device after a get (no-op without staging)."""
+        if self.host is not None:
+            for g, i in blocks:
+                self.tensors[g][i].copy_(self.host[g][i], non_blocking=True)
+        self.synchronize()
+
+    def synchronize(self) -> None:
+        """Wait for the device's copies and kernels on these tensors."""
+        if self.tensors and self.tensors[0].device.type == "cuda":
+            torch.cuda.synchronize(self.tensors[0].device)
 
     def cow_block(self, group: int) -> int:
         """Return the index of a Mamba group's copy-on-write block (the sub-block tail state)."""
@@ -54,8 +93,8 @@ class RequestKV:
 @contextlib.contextmanager
 def registered(store: MooncakeKV | Any, kv: RequestKV) -> Iterator[RequestKV]:
     """Register every slab of a request's KV with the store once, and unregister it after use."""
-    ptrs = [t.data_ptr() for t in kv.tensors]
-    for t in kv.tensors:
+    ptrs = [t.data_ptr() for t in kv.io_tensors]
+    for t in kv.io_tensors:
         store.register(t.data_ptr(), t.nbytes)
     try:
         yield kv
@@ -204,13 +243,17 @@ class RankEngine:
                     objs.add((i, tail))
         return sorted(objs)
 
-    def object_buffer(self, kv: RequestKV, group: int, boundary: int) -> torch.Tensor:
-        """Return the physical block an object is put from: the attention block holding t - 1, or the Mamba
-        checkpoint block (t a multiple of b) or copy-on-write block (the sub-block tail)."""
+    def object_block(self, kv: RequestKV, group: int, boundary: int) -> int:
+        """Return the physical block index an object is put from: the attention block holding t - 1, or the
+        Mamba checkpoint block (t a multiple of b) or copy-on-write block (the sub-block tail)."""
         if self.g.groups[group].kind == "attention":
-            return kv.block(group, (boundary + self.spans[group] - 1) // self.spans[group] - 1)
+            return (boundary + self.spans[group] - 1) // self.spans[group] - 1
         b = self.g.groups[group].block_size
-        return kv.block(group, boundary // b - 1 if boundary % b == 0 else kv.cow_block(group))
+        return boundary // b - 1 if boundary % b == 0 else kv.cow_block(group)
+
+    def object_buffer(self, kv: RequestKV, group: int, boundary: int) -> torch.Tensor:
+        """Return the block the store client puts an object from (its host mirror when staging)."""
+        return kv.io_block(group, self.object_block(kv, group, boundary))
 
     def store_request(self, tokens: Sequence[int], chain: Sequence[bytes], kv: RequestKV) -> dict[str, Any]:
         """Put this rank's shard of every object of the request, zero-copy, skipping keys that exist."""
@@ -222,8 +265,7 @@ class RankEngine:
             keys.append(self.key(i, t, chain))
             ptrs.append(blk.data_ptr())
             sizes.append(blk.numel() * blk.element_size())
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        kv.stage_out([(i, self.object_block(kv, i, t)) for i, t in objs])  # and waits for the device
         exists = self.store.exist(keys)
         todo = [k for k, e in enumerate(exists) if e != 1]
         rcs = self.store.put([keys[k] for k in todo], [ptrs[k] for k in todo], [sizes[k] for k in todo])
@@ -275,13 +317,12 @@ class RankEngine:
         plan = self.plan_load(hit, tails)
         keys, ptrs, sizes = [], [], []
         for i, blk, t in plan:
-            dst = kv.block(i, blk)
+            dst = kv.io_block(i, blk)
             keys.append(self.key(i, t, chain))
             ptrs.append(dst.data_ptr())
             sizes.append(dst.numel() * dst.element_size())
         rcs = self.store.get(keys, ptrs, sizes)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        kv.stage_in([(i, blk) for (i, blk, _), rc in zip(plan, rcs) if rc >= 0])
         return {"plan": [list(p) for p in plan], "keys": keys, "results": rcs,
                 "failed": [[k, rc] for k, rc in zip(keys, rcs) if rc < 0],
                 "bytes": sum(r for r in rcs if r > 0), "computed": hit if all(r >= 0 for r in rcs) else None}

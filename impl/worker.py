@@ -21,7 +21,7 @@ import torch.distributed as dist
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.keys import compute_hash_chain
 
-from .device import select_backend, select_device
+from .device import needs_staging, select_backend, select_device
 from .engine import RankEngine, RequestKV, registered
 from .mooncake_store import MooncakeKV
 
@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
             dist.barrier()
     finally:
         Path(out_path).write_text(json.dumps({"rank": rank, "device": str(device), "backend": backend,
-                                              "scenarios": results}))
+                                              "staging": needs_staging(device), "scenarios": results}))
         store.close()
         dist.destroy_process_group()
     return 0

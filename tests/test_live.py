@@ -17,10 +17,11 @@ pytestmark = pytest.mark.live
 cluster = require("kvspec.impl.cluster")
 
 
-def run(master, scenarios, tmp_path, tag, evict_after_lookup=None):
+def run(master, scenarios, tmp_path, tag, evict_after_lookup=None, env=None):
     job = build_job(master.address, scenarios, tag, evict_after_lookup)
-    ranks = cluster.run_ranks(job, scenarios[0].geometry.parallel.dcp, timeout_s=600, workdir=str(tmp_path))
+    ranks = cluster.run_ranks(job, scenarios[0].geometry.parallel.dcp, timeout_s=600, workdir=str(tmp_path), env=env)
     totals = compare(scenarios, job, ranks)
+    totals["staged_ranks"] = sum(bool(r.get("staging")) for r in ranks)
     print(f"[{tag}] {len(scenarios)} scenarios x {len(ranks)} ranks: bytes compared {totals['bytes_compared']}, "
           f"bytes wrong {totals['bytes_wrong']} (+{totals['draft_lookahead_bytes']} draft-lookahead), "
           f"keys put {totals['keys_put']}, loads {totals['loads']}, "
@@ -47,6 +48,16 @@ def test_worked_example_scaled_dcp2(master, tmp_path):
     assert totals["bytes_compared"] > 0 and totals["bytes_wrong"] == 0
     assert totals["minus704"] == 2  # the legacy attention tail block, on each of the 2 ranks
 
+
+def test_worked_example_through_host_staging(master, tmp_path):
+    """The path a non-CUDA store client takes with CUDA tensors (KV copied through host mirrors before a put
+    and after a get), forced here on CPU tensors: the same bytes load, nothing wrong."""
+    g = scaled(2)
+    scs = [Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules=r)
+           for r in ("pr53324", "vllm-0.33.0")]
+    totals = run(master, scs, tmp_path, "staging-d2", env={"KVSPEC_STAGING": "1"})
+    assert totals["bytes_compared"] > 0 and totals["bytes_wrong"] == 0 and totals["minus704"] == 0
+    assert totals["staged_ranks"] == 2
 
 
 

@@ -1,0 +1,21 @@
+"""The transfer bench runs end to end on real rank processes and a real master (figures printed, not judged)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import require
+
+pytestmark = pytest.mark.live
+
+
+def test_transfer_bench_small_layout():
+    require("mooncake.store")
+    from kvspec.checks.bench import LayerLayout, bench_transfer, format_bench
+    lay = LayerLayout(attention_layers=1, latent=64, state_layers=1, state_heads=2, state_head_dim=16)
+    r = bench_transfer(dcp=2, tokens=4096, repeats=1, layout=lay)
+    print(format_bench({"transfer": [r]}))
+    assert r["bytes_per_token"] == 128 and r["state_bytes_per_rank"] == 2 * 16 * 16 * 4 // 2
+    assert r["iterations"] == 1 and r["put_bytes"] > 0 and r["get_bytes"] > 0
+    assert r["same_bytes"]  # the implementation's load and the raw get brought the same bytes
+    assert r["put_ratio"] > 0 and r["get_ratio"] > 0
