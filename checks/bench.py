@@ -116,11 +116,11 @@ def bench_transfer(dcp: int = 2, tokens: int = 16_384, repeats: int = 3, layout:
     iters = list(zip(*(r["rows"] for r in ranks)))
 
     def step(rows: tuple[dict[str, Any], ...], phase: str, who: str) -> float:
-        return max(r[f"{phase}_s"][who] for r in rows)
+        return float(max(r[f"{phase}_s"][who] for r in rows))
 
     def gib_s(phase: str, who: str) -> float:
         key = f"{phase}_bytes" if who == "ours" else f"raw_{phase}_bytes"
-        return statistics.median(sum(r[key] for r in rows) / step(rows, phase, who) / 2**30 for rows in iters)
+        return statistics.median(float(sum(r[key] for r in rows) / step(rows, phase, who) / 2**30) for rows in iters)
 
     def ratio(phase: str) -> float:
         return statistics.median(step(rows, phase, "raw") / step(rows, phase, "ours") for rows in iters)
