@@ -18,7 +18,7 @@ UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-platform x86_64-man
 CPU_TORCH_SOURCE = $(if $(wildcard /opt/wheels),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu \
                    --index-strategy unsafe-best-match)
 
-.PHONY: gpu-carry all venv venv-gpu vllm-venv verify test test-main test-unit test-live test-vllm test-fast conform bench gpu-check lint lock clean
+.PHONY: gpu-carry all venv venv-gpu vllm-venv verify test test-main test-unit test-live test-vllm soak test-fast conform bench gpu-check lint lock clean
 
 all: verify test
 
@@ -58,13 +58,16 @@ PYTEST_ARGS ?=
 PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) $(BIN)/python -m pytest -q --timeout=900 $(PYTEST_ARGS)
 
 test-main: $(STAMP)
-	$(PYTEST) -m "not vllm" tests
+	$(PYTEST) -m "not vllm and not soak" tests
 
 test-unit: $(STAMP)
-	$(PYTEST) -m "not vllm and not live" tests
+	$(PYTEST) -m "not vllm and not live and not soak" tests
 
 test-live: $(STAMP)
-	$(PYTEST) -m "live and not vllm" tests
+	$(PYTEST) -m "live and not vllm and not soak" tests
+
+soak: $(STAMP)
+	$(PYTEST) -s -m soak tests/test_load.py
 
 # vLLM 0.33.0's own code as the oracle of the vllm-0.33.0 rule set (tests/test_vllm_conformance.py)
 test-vllm: $(VSTAMP)
@@ -75,7 +78,7 @@ conform: $(VSTAMP)
 	$(VVENV)/bin/kvspec conform vllm
 
 test-fast: $(STAMP)
-	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -x -m "not live and not slow and not vllm" tests
+	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -x -m "not live and not slow and not vllm and not soak" tests
 
 bench: $(STAMP)
 	$(BIN)/python -m kvspec.checks bench --json

@@ -181,6 +181,11 @@ def format_bench(out: dict[str, Any]) -> str:
         lines.append(f"efficiency {r['geometry']:<13} {r['retention']:<6} {r['rules']:<12}: reused/reusable "
                      f"{r['reused_over_reusable']:.1%}, zero hits {r['zero_hits']}/{r['prompts']}"
                      + (f", 1M resend hits {r['hit_at_1m']}" if "hit_at_1m" in r else ""))
+    for r in out.get("load", []):
+        lines.append(f"load D={r['dcp']} {r['streams']} streams {r['seconds']} s (master restarted {r['restarts']}x): "
+                     f"{r['requests_per_s']} requests/s; lookup p50/p99 {r['lookup_ms']['p50']}/{r['lookup_ms']['p99']} "
+                     f"ms, load {r['load_ms']['p50']}/{r['load_ms']['p99']} ms; bytes wrong {r['bytes_wrong']} of "
+                     f"{r['bytes_compared']}; hangs {r['hangs']}, errors {r['errors']}")
     if "memcpy_gib_s" in out:
         lines.append(f"memcpy (this machine): {out['memcpy_gib_s']} GiB/s")
     for r in out.get("transfer", []):
@@ -199,6 +204,9 @@ def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool =
     if not transfer_only:
         out["lookup"] = bench_lookup((32_768, 131_072) if quick else (32_768, 131_072, 1_048_576))
         out["efficiency"] = bench_efficiency(step=49 if quick else 7)
+    if not transfer_only:
+        from .load import run_load
+        out["load"] = [run_load(dcp=d, streams=16, seconds=15 if quick else 30) for d in (2, 4)]
     out["memcpy_gib_s"] = measure_memcpy_gib_s()
     out["transfer"] = [bench_transfer(dcp=d, tokens=tokens or (16_384 if quick else 32_768),
                                       repeats=2 if quick else 3) for d in (dcps or ((2,) if quick else (2, 4)))]
