@@ -95,6 +95,7 @@ class LoadRank:
         compared, wrong, lookahead = eng.compare_with_cold(toks, safe, cold, ld["plan"], ld["results"],
                                                            mamba=safe == cmd["hit"])
         return {"safe": safe, "failed": [rc for _, rc in ld["failed"]], "bytes": ld["bytes"],
+                "wrong_in_clean_load": wrong if not ld["failed"] else 0,
                 "bytes_compared": compared, "bytes_wrong": wrong, "draft_lookahead_bytes": lookahead}
 
     def evict_op(self, cmd: dict[str, Any]) -> dict[str, Any]:
