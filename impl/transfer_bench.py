@@ -13,44 +13,31 @@ differential tests, not this bench, check bytes.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from kvspec.spec.keys import compute_hash_chain
 
-from .device import needs_staging, select_backend, select_device
+from .device import needs_staging
 from .engine import RankEngine, RequestKV, registered
-from .mooncake_store import MooncakeKV
+from .rank import RankProcess
 from .worker import geometry_from_json, make_tokens
 
 
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[1]).read_text())
     rank, out_path = int(argv[2]), argv[3]
-    world = int(os.environ["WORLD_SIZE"])
-    device = select_device(rank)
-    backend = select_backend(device, world)
-    dist.init_process_group(backend, init_method=os.environ["KVSPEC_RENDEZVOUS"], rank=rank, world_size=world)
+    rp = RankProcess(rank, job)
+    device, store, all_reduce_min = rp.device, rp.store, rp.all_reduce_min
     g = geometry_from_json(job["geometry"])
     n, width, mwidth = job["tokens"], job["width"], job["mamba_width"]
-    store = MooncakeKV(job["master"], segment_bytes=job["segment_bytes"], local_buffer_bytes=16 << 20)
-
-    def all_reduce_min(t: torch.Tensor) -> None:
-        if backend == "nccl":
-            d = t.to(device)
-            dist.all_reduce(d, op=dist.ReduceOp.MIN)
-            t.copy_(d.cpu())
-        else:
-            dist.all_reduce(t, op=dist.ReduceOp.MIN)
 
     def timed(fn: Any) -> tuple[float, Any]:
-        dist.barrier()
+        rp.barrier()
         t0 = time.perf_counter()
         out = fn()
         if device.type == "cuda":
@@ -125,12 +112,11 @@ def main(argv: list[str]) -> int:
             row = iteration(k)
             if k > 0:  # iteration 0 warms up
                 rows.append(row)
-        dist.barrier()
-        Path(out_path).write_text(json.dumps({"rank": rank, "device": str(device), "backend": backend,
+        rp.barrier()
+        Path(out_path).write_text(json.dumps({"rank": rank, "device": str(device), "backend": rp.backend,
                                               "staging": hot_staging, "rows": rows}))
     finally:
-        store.close()
-        dist.destroy_process_group()
+        rp.close()
     return 0
 
 

@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.keys import compute_hash_chain
 
-from .device import needs_staging, select_backend, select_device
+from .device import needs_staging
 from .engine import RankEngine, RequestKV, registered
-from .mooncake_store import MooncakeKV
+from .rank import RankProcess
 
 
 def geometry_from_json(d: dict[str, Any]) -> Geometry:
@@ -47,20 +46,9 @@ def request_tokens(base: list[int], seed: int, prompt: int, shared: int) -> list
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[1]).read_text())
     rank, out_path = int(argv[2]), argv[3]
-    world = int(os.environ["WORLD_SIZE"])
-    device = select_device(rank)
-    backend = select_backend(device, world)
-    dist.init_process_group(backend, init_method=os.environ["KVSPEC_RENDEZVOUS"], rank=rank, world_size=world)
+    rp = RankProcess(rank, job)
     geometry = geometry_from_json(job["geometry"])
-    store = MooncakeKV(job["master"], segment_bytes=job.get("segment_bytes", 64 << 20))
-
-    def all_reduce_min(t: torch.Tensor) -> None:
-        if backend == "nccl":  # NCCL reduces device tensors
-            d = t.to(device)
-            dist.all_reduce(d, op=dist.ReduceOp.MIN)
-            t.copy_(d.cpu())
-        else:
-            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    device, backend, store, all_reduce_min = rp.device, rp.backend, rp.store, rp.all_reduce_min
 
     results = []
     try:
@@ -84,7 +72,7 @@ def main(argv: list[str]) -> int:
                 store.remove(key, force=True)
             if sc.get("crash_after_store") == rank:  # fault injection: this rank process dies (SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
-            dist.barrier()
+            rp.barrier()
             chain = compute_hash_chain(base, u)
             look = eng.lookup(chain, sc["prompt"], legacy=sc["rules"] == "legacy")
             res.update(hit=look["hit"], tails=look["tails"], rounds=look["rounds"], probes=look["probes"],
@@ -95,7 +83,7 @@ def main(argv: list[str]) -> int:
                 res.setdefault("evicted_rc", []).append(store.remove(eng.key(gid, t, chain), force=force))
             for gid, t in sc.get("evict_after_lookup_unforced", {}).get(str(rank), []):
                 res.setdefault("evicted_rc", []).append(store.remove(eng.key(gid, t, chain), force=False))
-            dist.barrier()
+            rp.barrier()
             if sc.get("sync_dir"):  # fault injection: the parent acts (e.g. kills the master) before the load
                 sync = Path(sc["sync_dir"])
                 (sync / f"ready{rank}").touch()
@@ -129,12 +117,11 @@ def main(argv: list[str]) -> int:
                 again = eng.lookup(chain, sc["prompt"])
                 res["relookup_hit"] = again["hit"]
             results.append(res)
-            dist.barrier()
+            rp.barrier()
     finally:
         Path(out_path).write_text(json.dumps({"rank": rank, "device": str(device), "backend": backend,
                                               "staging": needs_staging(device), "scenarios": results}))
-        store.close()
-        dist.destroy_process_group()
+        rp.close()
     return 0
 
 
@@ -145,15 +132,9 @@ def serve(argv: list[str]) -> int:
     """
     job = json.loads(Path(argv[2]).read_text())
     rank = int(argv[3])
-    world = int(os.environ["WORLD_SIZE"])
-    device = select_device(rank)
-    backend = select_backend(device, world)
-    dist.init_process_group(backend, init_method=os.environ["KVSPEC_RENDEZVOUS"], rank=rank, world_size=world)
+    rp = RankProcess(rank, job)
     geometry = geometry_from_json(job["geometry"])
-    store = MooncakeKV(job["master"], segment_bytes=job.get("segment_bytes", 64 << 20))
-
-    def all_reduce_min(t: torch.Tensor) -> None:
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    device, store, all_reduce_min = rp.device, rp.store, rp.all_reduce_min  # the NCCL device hop included
 
     out = sys.stdout
     sys.stdout = sys.stderr  # anything else printed must not corrupt the protocol
@@ -181,7 +162,7 @@ def serve(argv: list[str]) -> int:
                 look = eng.lookup(chain, len(toks), cap=cmd.get("cap"))
                 for k in cmd.get("fail_keys", {}).get(str(rank), []):  # injected: gone between lookup and load
                     store.remove(k, force=True)
-                dist.barrier()
+                rp.barrier()
                 cold = RequestKV(geometry, len(toks), eng.width, device)
                 with registered(store, cold):
                     ld = eng.load(chain, look["hit"], look["tails"], cold)
@@ -206,8 +187,7 @@ def serve(argv: list[str]) -> int:
             out.write(json.dumps(ans) + "\n")
             out.flush()
     finally:
-        store.close()
-        dist.destroy_process_group()
+        rp.close()
     return 0
 
 

@@ -1,0 +1,50 @@
+"""One rank process's plumbing, in one place: device, process group, store client, the MIN all-reduce.
+
+Every entry point that runs as a DCP rank (worker main and --serve, the transfer bench) builds one
+RankProcess, so device choice, backend, rendezvous and the NCCL device hop cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .device import select_backend, select_device
+from .mooncake_store import MooncakeKV
+
+
+class RankProcess:
+    """This process as rank `rank` of WORLD_SIZE: device, backend, process group (file rendezvous), store."""
+
+    def __init__(self, rank: int, job: dict[str, Any], local_buffer_bytes: int = 16 << 20) -> None:
+        self.rank = rank
+        self.world = int(os.environ["WORLD_SIZE"])
+        self.device = select_device(rank)
+        self.backend = select_backend(self.device, self.world)
+        dist.init_process_group(self.backend, init_method=os.environ["KVSPEC_RENDEZVOUS"], rank=rank,
+                                world_size=self.world)
+        self.store = MooncakeKV(job["master"], segment_bytes=job.get("segment_bytes", 64 << 20),
+                                local_buffer_bytes=local_buffer_bytes)
+
+    def all_reduce_min(self, t: torch.Tensor) -> None:
+        """MIN-reduce a CPU int tensor across ranks in place (through the device when the backend is NCCL)."""
+        if self.backend == "nccl":  # NCCL reduces device tensors only
+            d = t.to(self.device)
+            dist.all_reduce(d, op=dist.ReduceOp.MIN)
+            t.copy_(d.cpu())
+        else:
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        dist.barrier()
+
+    def close(self) -> None:
+        """Close the store client, then leave the process group."""
+        try:
+            self.store.close()
+        finally:
+            dist.destroy_process_group()
