@@ -73,11 +73,12 @@ class Scenario:
         spans = tuple(compute_span(g, GroupId(i)) for i in range(len(g.groups)))
         longest, extra = max([self.prompt, *(r.prompt for r in self.stored)]), len(self.objects or ()) + len(self.evicted)
         shards = compute_shard_bound(g.parallel.dcp, spans, longest, len(self.stored), extra)
-        require(shards <= MAX_SHARDS, RULE_LIMIT_SHARDS,
-                f"this scenario names up to {shards} rank shards (D x blocks of every group), past the limit "
-                f"{MAX_SHARDS} (spec/limits.py); this geometry takes prompts up to "
-                f"{compute_longest_prompt(g.parallel.dcp, spans, len(self.stored), extra)} tokens here: "
-                f"use a shorter prompt, a larger unit or block size, or a smaller D")
+        if shards > MAX_SHARDS:  # the message's longest prompt costs a search: only on the way out
+            raise SpecError(RULE_LIMIT_SHARDS,
+                            f"this scenario names up to {shards} rank shards (D x blocks of every group), past the "
+                            f"limit {MAX_SHARDS} (spec/limits.py); this geometry takes prompts up to "
+                            f"{compute_longest_prompt(g.parallel.dcp, spans, len(self.stored), extra)} tokens here: "
+                            f"use a shorter prompt, a larger unit or block size, or a smaller D")
         if self.objects is not None:
             u, top = self.geometry.unit, self.prompt // self.geometry.unit * self.geometry.unit
             for gid, t in self.objects:
