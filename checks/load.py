@@ -114,7 +114,8 @@ def run_load(dcp: int = 2, streams: int = 16, seconds: float = 30.0, restart: bo
                            {"kind": "mamba", "block_size": 16, "eagle": False}]}
     wd = Path(workdir or tempfile.mkdtemp(prefix="kvspec-load-"))
     stats: dict[str, Any] = {"requests": 0, "stores": 0, "lookups": 0, "loads": 0, "evictions": 0, "hits": 0,
-                             "bytes_compared": 0, "bytes_wrong": 0, "bytes_wrong_in_clean_loads": 0, "draft_lookahead_bytes": 0, "hangs": 0,
+                             "bytes_compared": 0, "bytes_wrong": 0, "bytes_wrong_in_clean_loads": 0,
+                             "draft_lookahead_bytes": 0, "hangs": 0,
                              "errors": 0, "error_samples": [], "store_failures": 0, "load_failures": 0,
                              "partial_loads": 0, "restarts": 0}
     lat: dict[str, list[float]] = {"store": [], "lookup": [], "load": [], "evict": []}
