@@ -36,6 +36,7 @@ from typing import Any
 
 import attrs
 
+from kvspec.impl.mooncake_store import OBJECT_NOT_FOUND
 from kvspec.spec.geometry import Geometry
 from kvspec.spec.keys import compute_hash_chain
 from kvspec.spec.scenario import Scenario
@@ -84,7 +85,8 @@ class FakeStore:
     def batch_get_into_multi_buffers(self, keys: Sequence[str], addrs: Any, sizes: Sequence[Any]) -> list[int]:
         """Record the keys; return the size for a present key and -704 (OBJECT_NOT_FOUND) for a missing one."""
         self.gets.extend(keys)
-        return [(sum(s) if isinstance(s, list) else int(s)) if k in self.keys else -704 for k, s in zip(keys, sizes)]
+        return [(sum(s) if isinstance(s, list) else int(s)) if k in self.keys else OBJECT_NOT_FOUND
+                for k, s in zip(keys, sizes)]
 
 
 @attrs.frozen(kw_only=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
+from kvspec.impl.mooncake_store import OBJECT_NOT_FOUND, TRANSFER_FAIL
 from kvspec.spec.keys import parse_key
 from kvspec.spec.model import ModelStore, apply_evict, apply_put
 
@@ -45,9 +46,9 @@ class FakeMooncake:
         for k, p, n in zip(keys, ptrs, sizes):
             self.gets.append(k)
             if k in self.fail:
-                out.append(-800)
+                out.append(TRANSFER_FAIL)
             elif not self.model.has(*self._shard(k)):
-                out.append(-704)
+                out.append(OBJECT_NOT_FOUND)
             else:
                 b = self.data[k]
                 ctypes.memmove(p, b, min(n, len(b)))
@@ -56,7 +57,7 @@ class FakeMooncake:
 
     def remove(self, key: str, force: bool = False) -> int:
         if not self.model.has(*self._shard(key)):
-            return -704
+            return OBJECT_NOT_FOUND
         self.model = apply_evict(self.model, [self._shard(key)])
         del self.data[key]
         return 0

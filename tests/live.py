@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from kvspec.impl.mooncake_store import OBJECT_NOT_FOUND
 from kvspec.impl.worker import make_tokens, request_tokens
 from kvspec.spec.failure import compute_safe_boundary
 from kvspec.spec.geometry import Geometry
@@ -88,6 +89,6 @@ def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str
             totals["draft_lookahead_bytes"] += got["draft_lookahead_bytes"]
             totals["keys_put"] += len(put)
             totals["loads"] += len(got["load"]["keys"])
-            totals["minus704"] += sum(rc == -704 for rc in got["load"]["results"])
+            totals["minus704"] += sum(rc == OBJECT_NOT_FOUND for rc in got["load"]["results"])
             totals["safe_below_hit"] += got["safe"] < got["hit"]
     return totals
