@@ -226,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--fast", action="store_true", help="a quick subset (seconds)")
     v.add_argument("--junit", metavar="FILE", help="also write the table as JUnit XML (one testcase per row)")
     v.add_argument("--quiet", action="store_true", help="no progress line on stderr as each task ends")
+    v.add_argument("--list", action="store_true", help="print the check ids (with --only: those it selects) and exit")
+    v.add_argument("--only", nargs="+", metavar="ID", help="run only these checks (shell patterns: 'I-2*', 'MUT-*')")
     c = sub.add_parser("conform", help="compare a rule set with an engine's own code (vllm: vLLM 0.33.0)")
     c.add_argument("engine", choices=["vllm"], help="the engine whose code is the oracle (needs vllm==0.33.0 "
                    "importable: make vllm-venv, then .venv-vllm/bin/kvspec conform vllm)")
@@ -256,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ImportError as exc:
                 _die("verify-deps", f"kvspec verify needs z3-solver (make venv): {exc}")
             from kvspec.checks.verify import run_verify
-            return run_verify(json_out=args.json, fast=args.fast, junit=args.junit, progress=not args.quiet)
+            return run_verify(json_out=args.json, fast=args.fast, junit=args.junit, progress=not args.quiet,
+                              only=tuple(args.only or ()), list_only=args.list)
         try:
             import mooncake.store  # noqa: F401
             import torch  # noqa: F401

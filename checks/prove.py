@@ -37,7 +37,9 @@ class Theorem:
     statement: str
     build: Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]  # -> (pre, claim, variables)
     expected: str = "proved"  # or "refuted"
-    budget_s: float = 20.0
+    budget_s: float = 20.0  # expected wall seconds on an idle 2-core machine (scheduling order, the table)
+    rlimit: int = 200_000_000  # Z3 resource units per query (the first solver of the portfolio gets a quarter):
+    # the budget, counted by Z3 itself, so a busy machine cannot turn a proof into "unknown"
     rests_on: str = "z3 alone"
     replay: Callable[[dict[str, int]], bool] | None = None  # on ints: does the claim fail at this model?
     div_vars: bool = False  # quotient variables for divisions by symbolic terms (see Z3Ops)
@@ -57,6 +59,7 @@ class Verdict:
     model: dict[str, int] | None = None
     reason: str = ""
     queries: int = 0  # solver queries answered (conjuncts and side conditions, per solver tried)
+    rlimit_used: int = 0  # the most resource units one query took
 
 
 def _ints(ops: Z3Ops, names: tuple[str, ...]) -> dict[str, Any]:
@@ -251,17 +254,26 @@ def compute_conjuncts(z3: Any, claim: Any) -> list[Any]:
     return [claim]
 
 
-def _query(th: Theorem, k: int, pre: Any, goal: Any, ops: Z3Ops, guarded: bool, deadline: float) -> tuple[Any, Any]:
-    """Return (answer, solver) of: is there a model of pre and the definitions where goal fails?"""
+WALL_BACKSTOP_S = 900.0  # per theorem: only a guard against a hang; the budget is the rlimit
+_rlimit_seen = [0]  # Z3's resource counter is cumulative per process; a query's use is the difference
+
+
+def _query(th: Theorem, k: int, pre: Any, goal: Any, ops: Z3Ops, guarded: bool, deadline: float) -> tuple[Any, Any, int]:
+    """Return (answer, solver, resource units used) of: is there a model of pre and the definitions where goal fails?"""
     z3 = ops.z3
     plain, guards = ops.compute_cone(pre, goal)
     defs = guards if guarded else plain
     solver = _solvers(z3)[k]
-    solver.set("timeout", max(1, int(1000 * (deadline - time.perf_counter()) / (2 - k))))
+    solver.set("rlimit", th.rlimit // 4 if k == 0 else th.rlimit)  # the portfolio's first solver gets a quarter
+    solver.set("timeout", max(1, int(1000 * (deadline - time.perf_counter()))))
     solver.add(pre, *defs, z3.Not(goal))
     if th.product_lemmas:
         solver.add(*ops.compute_product_lemmas(pre, goal, *defs))
-    return solver.check(), solver
+    res = solver.check()
+    st = solver.statistics()
+    count = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else _rlimit_seen[0]  # noqa: SIM118
+    used, _rlimit_seen[0] = max(0, count - _rlimit_seen[0]), max(count, _rlimit_seen[0])
+    return res, solver, used
 
 
 def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
@@ -272,7 +284,7 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
     counterexample only when its model replays as one on ints.
     """
     t0 = time.perf_counter()
-    deadline = t0 + (timeout_s if timeout_s is not None else th.budget_s)
+    deadline = t0 + (timeout_s if timeout_s is not None else WALL_BACKSTOP_S)
     ops = Z3Ops(div_vars=th.div_vars)
     z3 = ops.z3
     pre, claim, variables = th.build(ops)
@@ -281,11 +293,11 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
     goals = [(g, False) for g in (compute_conjuncts(z3, claim) if th.split else [claim])]
     if ops.side:  # with quotient variables, the side conditions are proved with guarded definitions
         goals.append((z3.And(*ops.side), th.div_vars))
-    reasons, queries = [], 0
+    reasons, queries, most = [], 0, 0
     for goal, guarded in goals:
         for k in range(2):
-            res, solver = _query(th, k, pre, goal, ops, guarded, deadline)
-            queries += 1
+            res, solver, used = _query(th, k, pre, goal, ops, guarded, deadline)
+            queries, most = queries + 1, max(most, used)
             if res == z3.unsat:
                 break
             if res == z3.sat:
@@ -293,15 +305,16 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
                 model = {name: m.eval(v, model_completion=True).as_long() for name, v in variables.items()}
                 if th.replay is None or th.replay(model):
                     return Verdict(theorem=th, answer="refuted", ok=th.expected == "refuted",
-                                   seconds=time.perf_counter() - t0, model=model, queries=queries)
+                                   seconds=time.perf_counter() - t0, model=model, queries=queries,
+                                   rlimit_used=most)
                 reasons.append(f"spurious model {model}")  # no counterexample on ints
             else:
                 reasons.append(str(solver.reason_unknown()))
         else:
             return Verdict(theorem=th, answer="unknown", ok=False, seconds=time.perf_counter() - t0,
-                           reason="; ".join(reasons), queries=queries)
+                           reason="; ".join(reasons), queries=queries, rlimit_used=most)
     return Verdict(theorem=th, answer="proved", ok=th.expected == "proved", seconds=time.perf_counter() - t0,
-                   queries=queries)
+                   queries=queries, rlimit_used=most)
 
 
 def format_explain_command(model: dict[str, int]) -> str:

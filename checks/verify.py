@@ -29,7 +29,8 @@ def _z3_task(idx: int, fast: bool) -> ROW:
     v = prove(th)
     row: ROW = {"id": th.name, "statement": th.statement, "method": "z3", "expected": th.expected,
                 "result": v.answer, "ok": v.ok, "seconds": round(v.seconds, 3), "rests_on": th.rests_on,
-                "budget_s": th.budget_s, "precondition": th.precondition, "queries": v.queries}
+                "budget_s": th.budget_s, "precondition": th.precondition, "queries": v.queries,
+                "rlimit": th.rlimit, "rlimit_used": v.rlimit_used}
     if v.model is not None:
         row["counterexample"] = v.model
         if th.name.startswith("LEGACY"):
@@ -207,8 +208,22 @@ def _run_indexed(task: tuple[int, tuple[str, Any, bool]]) -> tuple[int, ROW]:
     return task[0], _run(task[1])
 
 
-def collect(fast: bool = False, processes: int | None = None, progress: bool = False) -> list[ROW]:
-    """Return every row of the verification table (runs the work on all cores)."""
+def compute_row_id(task: tuple[str, Any, bool]) -> str:
+    """Return the id of the table row a task contributes to (what --list shows and --only selects)."""
+    kind, arg, fast = task
+    if kind == "z3":
+        return str(_theorems(fast)[arg].name)
+    if kind == "exh":
+        return "EXHAUSTIVE"
+    if kind == "fail":
+        return "FAIL-exhaustive" if arg == "exhaustive" else f"MUT-closure-{arg}"
+    return f"{'LINK' if kind == 'link' else 'MUT'}-{arg}"
+
+
+def compute_tasks(fast: bool = False, only: tuple[str, ...] = ()) -> list[tuple[str, Any, bool]]:
+    """Return the tasks of the table, longest first; with `only`, those of the rows whose id matches a pattern."""
+    import fnmatch
+
     from .mutants import MUTANTS
     # longest first, so the two cores finish together: the theorems by budget, then the big runs
     ths = _theorems(fast)
@@ -218,6 +233,15 @@ def collect(fast: bool = False, processes: int | None = None, progress: bool = F
     tasks += [("link", p, fast) for p in ("exhaustive", "hypothesis", "exhaustive-draft")]
     tasks += [("mut", m.name, fast) for m in MUTANTS]
     tasks += [("fail", p, fast) for p in ("keeps-hit", "retry-same-hit")]
+    if only:
+        tasks = [t for t in tasks if any(fnmatch.fnmatchcase(compute_row_id(t), pat) for pat in only)]
+    return tasks
+
+
+def collect(fast: bool = False, processes: int | None = None, progress: bool = False,
+            only: tuple[str, ...] = ()) -> list[ROW]:
+    """Return every row of the verification table (runs the work on all cores)."""
+    tasks = compute_tasks(fast, only)
     procs = processes or min(len(tasks), os.cpu_count() or 1)
     t0, done = time.perf_counter(), []
     with mp.get_context("fork").Pool(procs) if procs > 1 else contextlib.nullcontext() as pool:
@@ -247,11 +271,12 @@ def summarize(rows: list[ROW], fast: bool) -> dict[str, Any]:
     n_exh = sum(r["n"] for r in exh)
     bad_exh = [b for r in exh for b in r["bad"]]
     ids = [inv.id for inv in REGISTRY if inv.kind == "scenario"] + ["I-21"]
-    table.append({"id": "EXHAUSTIVE", "statement": f"registry ({', '.join(ids)}) on every scenario of the small scope "
-                  "(D∈{1,2,4,8}, u∈{1,2,4}, b≤4u, ≤3 groups, EAGLE, retentions, shared prefixes, evictions)",
-                  "method": "exhaustive", "result": f"{n_exh} scenarios, {len(bad_exh)} violations",
-                  "ok": not bad_exh, "seconds": round(sum(r["seconds"] for r in exh), 2), "scenarios": n_exh,
-                  "failures": bad_exh[:3]})
+    if exh:  # absent when --only leaves no exhaustive chunk
+        table.append({"id": "EXHAUSTIVE", "statement": f"registry ({', '.join(ids)}) on every scenario of the small "
+                      "scope (D∈{1,2,4,8}, u∈{1,2,4}, b≤4u, ≤3 groups, EAGLE, retentions, shared prefixes, evictions)",
+                      "method": "exhaustive", "result": f"{n_exh} scenarios, {len(bad_exh)} violations",
+                      "ok": not bad_exh, "seconds": round(sum(r["seconds"] for r in exh), 2), "scenarios": n_exh,
+                      "failures": bad_exh[:3]})
     for r in (r for r in rows if r["kind"] == "link"):
         method = "hypothesis" if r["id"].endswith("hypothesis") else "exhaustive"
         table.append({"id": r["id"], "statement": "closed form == executable fixed point (h, tail boundaries)"
@@ -296,7 +321,8 @@ def format_table(report: dict[str, Any]) -> str:
     for r in report["rows"]:
         lines.append(f"{r['id']:<22} {r['method']:<10} {r['result'][:34]:<34} {r['seconds']:>7.2f}  {r['statement']}")
         if r["method"] == "z3":
-            lines.append(f"{'':<22} {r['queries']} queries, {r['seconds']:.2f} s of a {r['budget_s']:.0f} s budget; "
+            lines.append(f"{'':<22} {r['queries']} queries, at most {r['rlimit_used'] / 1e6:.1f}M of a "
+                         f"{r['rlimit'] / 1e6:.0f}M resource budget per query ({r['seconds']:.2f} s); "
                          f"precondition: {r['precondition']}; rests on: {r['rests_on']}")
         if "command" in r:
             lines.append(f"{'':<22} counterexample (expected): {r['command']}")
@@ -329,10 +355,21 @@ def format_junit(report: dict[str, Any]) -> str:
     return str(ET.tostring(suite, encoding="unicode"))
 
 
-def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = None, progress: bool = True) -> int:
-    """Run everything, print the table (or JSON), return 0 when all checks pass."""
+def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = None, progress: bool = True,
+               only: tuple[str, ...] = (), list_only: bool = False) -> int:
+    """Run everything (or the rows `only` names), print the table (or JSON); return 0 when all checks pass."""
+    if list_only:
+        for t in compute_tasks(fast, only):
+            rid = compute_row_id(t)
+            if rid != "EXHAUSTIVE" or t[1] == 0:
+                print(f"{rid:<24} {t[0]}")
+        return 0
+    tasks = compute_tasks(fast, only)
+    if not tasks:
+        from kvspec.spec.errors import SpecError
+        raise SpecError("verify-only", f"no check matches {' '.join(only)} (kvspec verify --list shows the ids)")
     t0 = time.perf_counter()
-    report = summarize(collect(fast, progress=progress), fast)
+    report = summarize(collect(fast, progress=progress, only=only), fast)
     report["wall_seconds"] = round(time.perf_counter() - t0, 2)
     if junit:
         os.makedirs(os.path.dirname(os.path.abspath(junit)), exist_ok=True)

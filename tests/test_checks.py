@@ -57,14 +57,14 @@ def test_unknown_is_a_failure():
         x, y, z, k = z3.Ints("x y z k")
         pre = z3.And(x >= 1, y >= 1, z >= 1, k >= 3, k <= 40)
         return pre, z3.Not(x ** k + y ** k == z ** k), {"x": x, "y": y, "z": z}
-    v = prove(Theorem(name="FERMAT", statement="made to time out", build=hard, budget_s=0.3))
+    v = prove(Theorem(name="FERMAT", statement="made to run out of resources", build=hard, rlimit=200_000))
     assert v.answer == "unknown" and v.ok is False and v.reason
 
 
 def test_unknown_counts_as_failure_in_the_table():
     row = {"kind": "z3", "id": "X@g", "statement": "s", "method": "z3", "expected": "proved", "result": "unknown",
            "ok": False, "seconds": 0.3, "rests_on": "-", "budget_s": 0.3, "reason": "timeout", "precondition": "-",
-           "queries": 2}
+           "queries": 2, "rlimit": 200_000, "rlimit_used": 200_000}
     report = summarize([row], fast=True)
     assert report["ok"] is False and "VERIFY: FAILED" in format_table(report)
 
@@ -180,3 +180,25 @@ def test_spurious_models_are_not_counterexamples():
                  replay=lambda model: False)  # ... but the replay disagrees: fail closed
     v = prove(th)
     assert v.answer == "unknown" and not v.ok and "spurious" in v.reason
+
+
+def test_verify_only_list_and_junit(tmp_path, capsys):
+    """--list names every row; --only runs the rows it matches; --junit writes one testcase per row."""
+    import xml.etree.ElementTree as ET
+
+    import pytest
+
+    from kvspec.checks.cli import main
+    assert main(["verify", "--list"]) == 0
+    ids = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
+    assert {"EXHAUSTIVE", "LEGACY-I-20", "FAIL-exhaustive", "MUT-legacy-tail-key", "MUT-closure-keeps-hit"} <= set(ids)
+    junit = tmp_path / "r" / "verify.xml"
+    assert main(["verify", "--only", "MUT-legacy-tail-key", "I-6", "--junit", str(junit)]) == 0
+    out, err = capsys.readouterr()
+    assert "VERIFY: OK" in out and "verify: [2/2]" in err  # a progress line per task
+    suite = ET.parse(junit).getroot()
+    assert suite.get("tests") == "2" and suite.get("failures") == "0"
+    assert sorted(c.get("name") for c in suite.iter("testcase")) == ["I-6", "MUT-legacy-tail-key"]
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--only", "NO-SUCH-CHECK"])
+    assert exc.value.code == 2 and "verify-only" in capsys.readouterr().err
