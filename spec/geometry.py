@@ -26,7 +26,7 @@ from .limits import (
     RULE_LIMIT_PCP,
     check_count,
 )
-from .types import KINDS, RETENTIONS, GroupId, Rank, Tokens
+from .types import KIND_ALIASES, KINDS, RETENTIONS, GroupId, Rank, Tokens
 
 # Rule ids used by construction (stable: CLI output, vectors and tests name them).
 RULE_KIND = "group-kind"
@@ -61,8 +61,14 @@ def _int_field(rule: str, limit: int = 0, limit_rule: str = "") -> Validator:
     return check
 
 
+def resolve_kind(name: str) -> str:
+    """Return the spec's kind for a kind name or an alias (KIND_ALIASES: mla -> attention, gdn/kda/linear -> mamba)."""
+    return KIND_ALIASES.get(name, name)
+
+
 def _kind(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
-    require(value in KINDS, RULE_KIND, f"unknown group kind {value!r} (known: {', '.join(KINDS)})")
+    require(value in KINDS, RULE_KIND, f"unknown group kind {value!r} (known: {', '.join(KINDS)}; aliases: "
+                                       f"{', '.join(f'{a}={k}' for a, k in KIND_ALIASES.items())})")
 
 
 def _bool(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]

@@ -12,7 +12,16 @@ from typing import Any, cast
 import attrs
 
 from .errors import SpecError, require
-from .geometry import Geometry, Group, Parallel, compute_alignment, compute_lcm_span, compute_span, is_fine
+from .geometry import (
+    Geometry,
+    Group,
+    Parallel,
+    compute_alignment,
+    compute_lcm_span,
+    compute_span,
+    is_fine,
+    resolve_kind,
+)
 from .limits import (
     MAX_PROMPT,
     MAX_SHARDS,
@@ -207,7 +216,9 @@ def decode_scenario(raw: Mapping[str, Any]) -> Scenario:
     for gr in groups_raw:  # type: ignore[union-attr]
         require(isinstance(gr, dict) and {"kind", "block_size"} <= set(gr) <= {"kind", "block_size", "eagle"},
                 "group-kind", f"a group is {{\"kind\", \"block_size\", \"eagle\"}}, got {gr!r}")
-        groups.append(Group(kind=gr["kind"], block_size=gr["block_size"], eagle=gr.get("eagle", False)))
+        kind = gr["kind"]
+        groups.append(Group(kind=resolve_kind(kind) if isinstance(kind, str) else kind, block_size=gr["block_size"],
+                            eagle=gr.get("eagle", False)))
     geometry = Geometry(unit=raw.get("unit", 1), groups=tuple(groups),
                         parallel=Parallel(dcp=raw.get("dcp", 1), interleave=raw.get("interleave", 1),
                                           pcp=raw.get("pcp", 1)),

@@ -14,5 +14,8 @@ Retention = Literal["replay", "dense"]
 TailRule = Literal["fixed", "legacy"]
 
 KINDS: tuple[str, ...] = ("attention", "mamba")
+# other engines' names for the two kinds (input only; the spec and its output use KINDS)
+KIND_ALIASES: dict[str, str] = {"mla": "attention", "full_attention": "attention", "gdn": "mamba", "kda": "mamba",
+                                "linear": "mamba", "linear_attention": "mamba"}
 RETENTIONS: tuple[str, ...] = ("replay", "dense")
 TAIL_RULES: tuple[str, ...] = ("fixed", "legacy")

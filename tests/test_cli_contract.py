@@ -1,0 +1,80 @@
+"""The CLI's contract: help text on every option, --version, exclusive flags refused, JSON errors with --json,
+--check, kind aliases; and the package's library surface (__version__, __all__, py.typed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import kvspec
+import kvspec.spec
+from kvspec.checks.cli import build_parser, main
+
+
+def run(argv, capsys):
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_every_explain_option_has_help():
+    explain = build_parser()._subparsers._group_actions[0].choices["explain"]  # noqa: SLF001
+    bare = [a.option_strings for a in explain._actions  # noqa: SLF001
+            if a.option_strings and a.option_strings != ["-h", "--help"] and not a.help]
+    assert bare == []
+    assert "kimi-k3-dcp8" in explain.epilog and "exit status" in explain.epilog
+
+
+def test_version(capsys):
+    rc, out, _ = run(["--version"], capsys)
+    assert rc == 0 and out.strip() == f"kvspec {kvspec.__version__}" and kvspec.__version__ != "0+unknown"
+
+
+@pytest.mark.parametrize("argv,rule", [
+    (["explain", "--preset", "tiny-dcp2", "--prompt", "9", "--stored-prompt", "9", "--stored-json", "x"], "cli-usage"),
+    (["explain", "--preset", "tiny-dcp2", "--prompt", "9", "--rules", "pr53324", "--legacy-tail-key"], "cli-usage"),
+    (["explain", "--scenarios", "-", "--prompt", "9"], "cli-usage"),
+])
+def test_excluding_flags_are_refused(argv, rule, capsys):
+    rc, _, err = run(argv, capsys)
+    assert rc == 2 and err.startswith(f"kvspec: error: {rule}:")
+
+
+def test_json_errors_on_stdout(capsys):
+    rc, out, err = run(["explain", "--preset", "tiny-dcp2", "--prompt", "0", "--stored-prompt", "1", "--json"], capsys)
+    assert rc == 2 and json.loads(out)["error"]["rule"] == "scenario" and err.startswith("kvspec: error: scenario:")
+    rc, out, _ = run(["explain", "--bogus", "--json"], capsys)  # a usage error too
+    assert rc == 2 and json.loads(out)["error"]["rule"] == "cli-usage"
+
+
+def test_check_exits_1_on_a_missing_load_key(capsys, tmp_path):
+    legacy = ["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "15000", "--prompt", "15000"]
+    assert run([*legacy, "--rules", "legacy", "--check"], capsys)[0] == 1  # the -704 of #53324
+    assert run([*legacy, "--rules", "legacy"], capsys)[0] == 0  # without --check: an answer, exit 0
+    assert run([*legacy, "--check"], capsys)[0] == 0  # the shipped rules load only stored keys
+    f = tmp_path / "s.jsonl"
+    f.write_text(json.dumps({"groups": [{"kind": "attention", "block_size": 4}], "prompt": 9, "stored_prompt": 9})
+                 + "\n" + json.dumps({"groups": [], "prompt": 9, "stored_prompt": 9}) + "\n")
+    assert run(["explain", "--scenarios", str(f)], capsys)[0] == 0
+    assert run(["explain", "--scenarios", str(f), "--check"], capsys)[0] == 1  # the second line fails
+
+
+def test_kind_aliases(capsys):
+    rc, out, _ = run(["explain", "--group", "mla:16:eagle", "--group", "kda:16", "--unit", "4", "--dcp", "2",
+                      "--stored-prompt", "57", "--prompt", "57", "--json"], capsys)
+    same = run(["explain", "--group", "attention:16:eagle", "--group", "mamba:16", "--unit", "4", "--dcp", "2",
+                "--stored-prompt", "57", "--prompt", "57", "--json"], capsys)
+    assert rc == 0 and json.loads(out) == json.loads(same[1])
+    assert [g["kind"] for g in json.loads(out)["geometry"]["groups"]] == ["attention", "mamba"]
+
+
+def test_library_surface():
+    assert set(kvspec.spec.__all__) <= set(dir(kvspec.spec))
+    assert {"Scenario", "evaluate_scenario", "Geometry", "get_rules", "compute_lookup"} <= set(kvspec.spec.__all__)
+    assert (Path(kvspec.__file__).parent / "py.typed").exists()
+    assert "Apache License" in (Path(kvspec.__file__).parent.parent / "LICENSE").read_text()
