@@ -37,11 +37,11 @@ from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
 from .plan import LoadEntry, plan_load
 from .rules import DEFAULT_RULES, RuleSet, check_config, get_rules
 from .store import Obj, RankObj, compute_present, compute_rank_objects, compute_rule_store, compute_visible
-from .types import Boundary, GroupId, Tokens
+from .types import Boundary, GroupId, Rank, Tokens
 
 RULE_SCENARIO = "scenario"
 RULE_STORED = "stored-object"
-RESULT_VERSION = 2  # 2: "rules" (a rule set name) replaces "rule"
+RESULT_VERSION = 3  # 2: "rules" (a rule set name) replaces "rule"; 3: the input scenario echoed as "input"
 
 
 def _int(x: object, what: str, lo: int = 0, rule: str = RULE_SCENARIO) -> int:
@@ -169,6 +169,7 @@ def encode_outcome(scenario: Scenario, outcome: Outcome) -> dict[str, Any]:
     err = outcome.error
     return {
         "version": RESULT_VERSION,
+        "input": encode_scenario(scenario),
         "geometry": encode_geometry(scenario.geometry),
         "rules": scenario.rules,
         "prompt": scenario.prompt,
@@ -188,7 +189,50 @@ def encode_error(err: SpecError) -> dict[str, Any]:
 
 
 _SCENARIO_KEYS = {"dcp", "unit", "groups", "retention", "stored_prompt", "stored", "prompt", "shared", "legacy",
-                  "interleave", "pcp", "rules"}
+                  "interleave", "pcp", "rules", "requests", "evicted"}
+
+
+def encode_scenario(scenario: Scenario) -> dict[str, Any]:
+    """Return the JSON object of a scenario (the input format of --scenarios and of the vectors); decodes back equal."""
+    g = scenario.geometry
+    out: dict[str, Any] = {"unit": g.unit, "dcp": g.parallel.dcp, "interleave": g.parallel.interleave,
+                           "pcp": g.parallel.pcp, "retention": g.retention,
+                           "groups": [{"kind": gr.kind, "block_size": gr.block_size, "eagle": gr.eagle}
+                                      for gr in g.groups],
+                           "rules": scenario.rules, "prompt": scenario.prompt}
+    if scenario.objects is not None:
+        out["stored"] = [{"group": gid, "boundary": t} for gid, t in sorted(scenario.objects)]
+    else:
+        out["requests"] = [{"prompt": r.prompt, "shared": r.shared} for r in scenario.stored]
+    if scenario.evicted:
+        out["evicted"] = [{"group": gid, "boundary": t, "rank": r} for gid, t, r in sorted(scenario.evicted)]
+    return out
+
+
+def decode_requests(raw: object) -> tuple[StoredRequest, ...]:
+    """Return the stored requests of a JSON list of {"prompt": P, "shared": S}."""
+    require(isinstance(raw, list), RULE_SCENARIO, "requests must be a JSON list")
+    out = []
+    for item in cast(list[Any], raw):
+        require(isinstance(item, dict) and set(item) == {"prompt", "shared"}, RULE_SCENARIO,
+                f"each request is {{\"prompt\": P, \"shared\": S}}, got {item!r}")
+        out.append(StoredRequest(prompt=_int(item["prompt"], "request prompt", 0),
+                                 shared=_int(item["shared"], "request shared", 0)))
+    return tuple(out)
+
+
+def decode_evicted(raw: object, dcp: int) -> frozenset[RankObj]:
+    """Return the evicted rank shards of a JSON list of {"group": g, "boundary": t, "rank": r}."""
+    require(isinstance(raw, list), RULE_SCENARIO, "evicted must be a JSON list")
+    out: set[RankObj] = set()
+    for item in cast(list[Any], raw):
+        require(isinstance(item, dict) and set(item) == {"group", "boundary", "rank"}, RULE_SCENARIO,
+                f"each evicted shard is {{\"group\": g, \"boundary\": t, \"rank\": r}}, got {item!r}")
+        r = _int(item["rank"], "evicted rank", 0)
+        require(r < dcp, RULE_SCENARIO, f"evicted rank {r} outside 0..{dcp - 1}")
+        out.add((GroupId(_int(item["group"], "evicted group", 0)), Boundary(_int(item["boundary"], "evicted boundary", 1)),
+                 Rank(r)))
+    return frozenset(out)
 
 
 def decode_objects(raw: object) -> frozenset[Obj]:
@@ -230,12 +274,17 @@ def decode_scenario(raw: Mapping[str, Any]) -> Scenario:
     rules = get_rules(raw.get("rules", "legacy" if legacy else DEFAULT_RULES)).name
     require("prompt" in raw, RULE_SCENARIO, "prompt (the lookup request's length) is required")
     n = _int(raw["prompt"], "prompt", 1)
-    has_p, has_s = "stored_prompt" in raw, "stored" in raw
-    require(has_p != has_s, RULE_SCENARIO, "give exactly one of stored_prompt and stored")
-    if has_s:
-        require("shared" not in raw, RULE_SCENARIO, "shared applies to stored_prompt only")
-        return Scenario(geometry=geometry, prompt=n, objects=decode_objects(raw["stored"]), rules=rules)
+    given = [k for k in ("stored_prompt", "stored", "requests") if k in raw]
+    require(len(given) == 1, RULE_SCENARIO, "give exactly one of stored_prompt, requests and stored")
+    require("shared" not in raw or given == ["stored_prompt"], RULE_SCENARIO, "shared applies to stored_prompt only")
+    evicted = decode_evicted(raw["evicted"], geometry.parallel.dcp) if "evicted" in raw else frozenset()
+    if given == ["stored"]:
+        return Scenario(geometry=geometry, prompt=n, objects=decode_objects(raw["stored"]), evicted=evicted,
+                        rules=rules)
+    if given == ["requests"]:
+        return Scenario(geometry=geometry, prompt=n, stored=decode_requests(raw["requests"]), evicted=evicted,
+                        rules=rules)
     p = _int(raw["stored_prompt"], "stored_prompt", 0)
     s = raw.get("shared", min(p, n))
     return Scenario(geometry=geometry, prompt=n, stored=(StoredRequest(prompt=p, shared=_int(s, "shared", 0)),),
-                    rules=rules)
+                    evicted=evicted, rules=rules)

@@ -8,8 +8,11 @@ import sys
 import time
 
 import pytest
+from hypothesis import given
 
 from kvspec.checks.cli import main
+
+from .strategies import scenarios
 
 SHIPPED = ["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "15000", "--prompt", "15000"]
 EXAMPLE = [*SHIPPED, "--rules", "pr53324"]
@@ -153,3 +156,12 @@ def test_explain_answers_under_a_second():
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "kvspec.checks", *EXAMPLE], check=True, capture_output=True)
     assert time.perf_counter() - t0 < 5  # measured ~0.1 s; bound loose for CI noise
+
+
+@given(scenarios())
+def test_scenario_codec_round_trip(sc):
+    """encode_scenario is the one JSON form of a scenario: it decodes back equal, and the output echoes it."""
+    from kvspec.spec.scenario import decode_scenario, encode_outcome, encode_scenario, evaluate_scenario
+    raw = encode_scenario(sc)
+    assert decode_scenario(json.loads(json.dumps(raw))) == sc
+    assert encode_outcome(sc, evaluate_scenario(sc))["input"] == raw
