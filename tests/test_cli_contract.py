@@ -23,8 +23,8 @@ def run(argv, capsys):
 
 
 def test_every_explain_option_has_help():
-    explain = build_parser()._subparsers._group_actions[0].choices["explain"]  # noqa: SLF001
-    bare = [a.option_strings for a in explain._actions  # noqa: SLF001
+    explain = build_parser()._subparsers._group_actions[0].choices["explain"]
+    bare = [a.option_strings for a in explain._actions
             if a.option_strings and a.option_strings != ["-h", "--help"] and not a.help]
     assert bare == []
     assert "kimi-k3-dcp8" in explain.epilog and "exit status" in explain.epilog

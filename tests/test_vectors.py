@@ -1,0 +1,92 @@
+"""The test vectors: every file valid against its JSON Schema, the committed tree exactly what this kvspec
+generates (CI fails on any difference), and each explain case replayable through the scenario codec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+
+from kvspec.spec.scenario import decode_scenario, encode_outcome, encode_scenario, evaluate_scenario
+
+from .strategies import scenarios
+
+ROOT = Path(__file__).parent.parent
+VECTORS = ROOT / "vectors" / "cases"
+SCHEMAS = ROOT / "schemas"
+jsonschema = pytest.importorskip("jsonschema")
+referencing = pytest.importorskip("referencing")
+
+
+def validator(name: str):
+    """Return a draft 2020-12 validator for one schema, resolving $refs to the others by their $id."""
+    resources = []
+    for p in SCHEMAS.glob("*.schema.json"):
+        doc = json.loads(p.read_text())
+        resources.append((doc["$id"], referencing.Resource.from_contents(doc)))
+    registry = referencing.Registry().with_resources(resources)
+    schema = json.loads((SCHEMAS / name).read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+SCHEMA_OF = {("explain", "input.json"): "scenario.schema.json", ("explain", "expected.json"): "outcome.schema.json",
+             ("failure", "input.json"): "failure-input.schema.json",
+             ("failure", "expected.json"): "failure-expected.schema.json",
+             ("keys", "input.json"): "keys-input.schema.json", ("keys", "expected.json"): "keys-expected.schema.json"}
+
+
+def test_every_vector_file_matches_its_schema():
+    validators = {name: validator(name) for name in {*SCHEMA_OF.values(), "vector-meta.schema.json"}}
+    n = 0
+    for case in VECTORS.glob("*/*/*/*/*"):
+        meta = json.loads((case / "meta.json").read_text())
+        validators["vector-meta.schema.json"].validate(meta)
+        assert case.relative_to(VECTORS).parts == (meta["rules"], meta["runner"], meta["handler"], meta["suite"],
+                                                   meta["case"])
+        for f in ("input.json", "expected.json"):
+            validators[SCHEMA_OF[meta["runner"], f]].validate(json.loads((case / f).read_text()))
+        n += 1
+    assert n > 700
+
+
+def test_committed_vectors_are_what_kvspec_generates(tmp_path):
+    from kvspec.checks.vectors import compare_trees, write_vectors
+    counts = write_vectors(tmp_path / "v")
+    assert counts["legacy"] >= 3 and counts["pr53324"] > 300 and counts["vllm-0.33.0"] > 300
+    assert compare_trees(tmp_path / "v", VECTORS) == []  # `make vectors` after a change to the rules
+
+
+def test_explain_cases_replay_through_the_codec():
+    for case in VECTORS.glob("*/explain/outcome/*/*"):
+        sc = decode_scenario(json.loads((case / "input.json").read_text()))
+        got = encode_outcome(sc, evaluate_scenario(sc))
+        got.pop("input")
+        assert got == json.loads((case / "expected.json").read_text()), case
+
+
+def test_legacy_counterexample_has_a_missing_key():
+    exp = json.loads((VECTORS / "legacy/explain/outcome/counterexample/kimi-k3-dcp8-15000/expected.json").read_text())
+    assert [e["key_boundary"] for e in exp["load"] if not e["present"]] == [13824]
+
+
+@given(scenarios())
+def test_codec_output_matches_the_schemas(sc):
+    out = encode_outcome(sc, evaluate_scenario(sc))
+    validator("outcome.schema.json").validate(out)
+    validator("scenario.schema.json").validate(encode_scenario(sc))
+
+
+def test_schemas_reject_what_is_not_a_result():
+    v = validator("outcome.schema.json")
+    good = json.loads((VECTORS / "vllm-0.33.0/explain/outcome/worked/small-dcp2-57/expected.json").read_text())
+    v.validate(good)
+    for bad in ({**good, "hit_length": -1}, {**good, "extra": 1}, {k: x for k, x in good.items() if k != "load"},
+                {**good, "load": [{**good["load"][0], "present": "yes"}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            v.validate(bad)
+    with pytest.raises(jsonschema.ValidationError):  # two ways of saying what was stored
+        validator("scenario.schema.json").validate({"groups": [{"kind": "mamba", "block_size": 4}], "prompt": 4,
+                                                     "stored_prompt": 4, "requests": []})
