@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from kvspec import __version__
-from kvspec.spec.errors import SpecError
+from kvspec.spec.errors import SpecError, require
 from kvspec.spec.geometry import Geometry, Group, Parallel, resolve_kind
 from kvspec.spec.presets import PRESETS, get_preset
 from kvspec.spec.rules import DEFAULT_RULES, RULE_SETS, get_rules
@@ -208,6 +208,47 @@ def _explain(args: argparse.Namespace) -> int:
     return 1 if args.check and _fails_check(result) else 0
 
 
+def _read_lines(path: str) -> list[str]:
+    try:
+        with (sys.stdin.buffer if path == "-" else open(path, "rb")) as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise SpecError("input-file", f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise SpecError("input-size", f"{path} is larger than {MAX_INPUT_BYTES} bytes")
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise SpecError("input-encoding", f"{path} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from kvspec.checks.keys_tool import compute_key_report, format_key_report, parse_key_vllm
+    from kvspec.spec.keys import parse_key
+    if args.keys_cmd == "parse":
+        if args.grammar == "kvspec":
+            k, splits = parse_key(args.key), None
+        else:
+            k, splits = parse_key_vllm(args.key)
+        fields = {"cache_prefix": k.cache_prefix, "model": k.model, "tp_rank": k.tp_rank, "pcp_rank": k.pcp_rank,
+                  "dcp_rank": k.dcp_rank, "pp_rank": k.pp_rank, "group": k.group, "hash_hex": k.hash_hex}
+        if splits is not None and len(splits) > 1:
+            fields["ambiguous_prefix_model"] = [{"cache_prefix": p, "model": m} for p, m in splits]
+        print(json.dumps(fields, indent=2) if args.json else "\n".join(f"{n}: {v}" for n, v in fields.items()))
+        return 0
+    args.stored_prompt = args.prompt = args.shared = args.stored_json = None
+    geometry = _geometry(args)
+    tokens = None
+    if args.tokens is not None:
+        raw = _read_json(args.tokens)
+        require(isinstance(raw, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in raw), "tokens",
+                "--tokens takes a JSON list of integer token ids")
+        tokens = raw
+    report = compute_key_report(geometry, _read_lines(args.keys), args.grammar, tokens, args.rules)
+    print(json.dumps(report, indent=2) if args.json else format_key_report(report))
+    return 0
+
+
 def _conform(args: argparse.Namespace) -> int:
     if args.count < 0 or args.count > 1_000_000:
         raise SpecError("conform-count", f"--count must be within 0..1000000, got {args.count}")
@@ -283,6 +324,28 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--count", type=int, default=2000, help="generated scenarios (plus the worked examples)")
     c.add_argument("--seed", type=int, default=0, help="seed of the scenario generator")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
+    k = sub.add_parser("keys", help="parse store keys, or check a key dump against a geometry")
+    ksub = k.add_subparsers(dest="keys_cmd", required=True, parser_class=_Parser)
+    kp = ksub.add_parser("parse", help="print the fields of one key (names the field that breaks the grammar)")
+    kp.add_argument("key", help="one key string")
+    kp.add_argument("--grammar", choices=["kvspec", "vllm-0.33.0"], default="kvspec",
+                    help="kvspec's escaped grammar, or vLLM 0.33.0's (read from the right; prefix/model splits listed)")
+    kp.add_argument("--json", action="store_true", help="print the fields as JSON")
+    kc = ksub.add_parser("check", help="which DCP ranks hold each object of a key dump, and the spec on what all hold",
+                         description="Read a newline list of keys (mooncake_master's /get_all_keys), group them by "
+                                     "object and report the ranks that lack each one (an object is in E only when "
+                                     "every rank holds it). With --tokens, map each hash to its boundary and run "
+                                     "the spec's lookup and load plan on E.")
+    kc.add_argument("--keys", required=True, metavar="FILE", help="the key dump, one key per line (- for stdin)")
+    kc.add_argument("--grammar", choices=["kvspec", "vllm-0.33.0"], default="kvspec", help="the dump's key grammar")
+    kc.add_argument("--tokens", metavar="FILE", help="the request's token ids as a JSON list (maps hashes to t)")
+    kc.add_argument("--rules", choices=list(RULE_SETS), default=DEFAULT_RULES, help="rule set of the lookup")
+    kc.add_argument("--preset", choices=sorted(PRESETS), help="a named geometry")
+    kc.add_argument("--group", action="append", default=[], metavar="KIND:BLOCK[:eagle]", help="a group (repeatable)")
+    kc.add_argument("--unit", type=int, metavar="U", help="prefix-match unit in tokens")
+    kc.add_argument("--dcp", type=int, metavar="D", help="decode context parallel size")
+    kc.add_argument("--retention", choices=["replay", "dense"], help="Mamba retention")
+    kc.add_argument("--json", action="store_true", help="print the report as JSON")
     vec = sub.add_parser("vectors", help="write the language-neutral test vectors (vectors/README.md)")
     vec.add_argument("--out", required=True, metavar="DIR", help="where to write them (replaced)")
     vec.add_argument("--check", action="store_true",
@@ -307,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _explain(args)
         if args.cmd == "conform":
             return _conform(args)
+        if args.cmd == "keys":
+            return _keys(args)
         if args.cmd == "vectors":
             from kvspec.checks.vectors import run_vectors
             return run_vectors(args.out, check=args.check)
