@@ -80,7 +80,7 @@ def compute_key_report(geometry: Geometry, lines: Iterable[str], grammar: str = 
     if tokens is not None:
         chain = compute_hash_chain(tokens, geometry.unit)
         boundary_of = {h.hex(): (i + 1) * geometry.unit for i, h in enumerate(chain)}
-    objects = []
+    objects: list[dict[str, Any]] = []
     for (prefix, model, pp, group, h), ranks in sorted(holders.items(), key=lambda x: (x[0][3], boundary_of.get(x[0][4], 0),
                                                                                         x[0][4])):
         missing = sorted(set(range(d)) - ranks)
