@@ -26,6 +26,8 @@ from kvspec.spec.scenario import (
     encode_outcome,
     evaluate_scenario,
 )
+from kvspec.spec.store import RankObj
+from kvspec.spec.types import Boundary, GroupId, Rank
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,18 +57,51 @@ def _parse_group(text: str) -> Group:
 
 
 def _geometry(args: argparse.Namespace) -> Geometry:
+    interleave, pcp = getattr(args, "interleave", None), getattr(args, "pcp", None)
     if args.preset:
         base = get_preset(args.preset)
         groups = tuple(_parse_group(g) for g in args.group) if args.group else base.groups
         return Geometry(unit=args.unit if args.unit is not None else base.unit, groups=groups,
                         parallel=Parallel(dcp=args.dcp if args.dcp is not None else base.parallel.dcp,
-                                          interleave=base.parallel.interleave, pcp=base.parallel.pcp),
+                                          interleave=interleave if interleave is not None else base.parallel.interleave,
+                                          pcp=pcp if pcp is not None else base.parallel.pcp),
                         retention=args.retention or base.retention)
     if not args.group:
         raise SpecError("groups-nonempty", "give --preset or at least one --group KIND:BLOCK[:eagle]")
     return Geometry(unit=args.unit if args.unit is not None else 1, groups=tuple(_parse_group(g) for g in args.group),
-                    parallel=Parallel(dcp=args.dcp if args.dcp is not None else 1),
+                    parallel=Parallel(dcp=args.dcp if args.dcp is not None else 1, interleave=interleave or 1,
+                                      pcp=pcp or 1),
                     retention=args.retention or "replay")
+
+
+def _ints(text: str, flag: str, shape: str, n: tuple[int, ...]) -> list[int]:
+    parts = text.split(":")
+    try:
+        vals = [int(x) for x in parts]
+    except ValueError:
+        raise SpecError("cli-usage", f"{flag} takes {shape}, got {text!r}") from None
+    if len(vals) not in n:
+        raise SpecError("cli-usage", f"{flag} takes {shape}, got {text!r}")
+    return vals
+
+
+def _requests(args: argparse.Namespace) -> tuple[StoredRequest, ...]:
+    """Return the --stored P[:S] requests (S defaults to min(P, N))."""
+    out = []
+    for text in args.stored:
+        v = _ints(text, "--stored", "P[:S]", (1, 2))
+        out.append(StoredRequest(prompt=v[0], shared=v[1] if len(v) == 2 else min(v[0], args.prompt)))
+    return tuple(out)
+
+
+def _evictions(args: argparse.Namespace, geometry: Geometry) -> frozenset[RankObj]:
+    """Return the --evict GROUP:BOUNDARY[:RANK] shards (no RANK: on every rank)."""
+    out: set[RankObj] = set()
+    for text in args.evict:
+        v = _ints(text, "--evict", "GROUP:BOUNDARY[:RANK]", (2, 3))
+        ranks = [v[2]] if len(v) == 3 else range(geometry.parallel.dcp)
+        out.update((GroupId(v[0]), Boundary(v[1]), Rank(r)) for r in ranks)
+    return frozenset(out)
 
 
 MAX_INPUT_BYTES = 16 << 20  # a --stored-json file or one --scenarios line; larger input is refused, not read
@@ -104,16 +139,46 @@ def _scenario(args: argparse.Namespace) -> Scenario:
     if args.legacy_tail_key and args.rules not in (None, "legacy"):
         raise SpecError("rules", f"--legacy-tail-key is --rules legacy; it excludes --rules {args.rules}")
     rule = get_rules("legacy" if args.legacy_tail_key else (args.rules or DEFAULT_RULES)).name
+    evicted = _evictions(args, geometry)
     if args.stored_json is not None:
-        if args.stored_prompt is not None or args.shared is not None:
-            raise SpecError("scenario", "--stored-json excludes --stored-prompt and --shared")
+        if args.stored_prompt is not None or args.shared is not None or args.stored:
+            raise SpecError("scenario", "--stored-json excludes --stored-prompt, --stored and --shared")
         return Scenario(geometry=geometry, prompt=args.prompt, objects=decode_objects(_read_json(args.stored_json)),
-                        rules=rule)
+                        evicted=evicted, rules=rule)
+    if args.stored:
+        if args.stored_prompt is not None or args.shared is not None:
+            raise SpecError("scenario", "--stored P[:S] excludes --stored-prompt and --shared")
+        return Scenario(geometry=geometry, prompt=args.prompt, stored=_requests(args), evicted=evicted, rules=rule)
     if args.stored_prompt is None:
-        raise SpecError("scenario", "give --stored-prompt P or --stored-json FILE")
+        raise SpecError("scenario", "give --stored-prompt P, --stored P[:S] or --stored-json FILE")
     shared = args.shared if args.shared is not None else min(args.stored_prompt, args.prompt)
     return Scenario(geometry=geometry, prompt=args.prompt,
-                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared),), rules=rule)
+                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared),), evicted=evicted, rules=rule)
+
+
+def compute_why(scenario: Scenario, outcome: Outcome) -> str | None:
+    """Return why the hit is what it is when a group caps it below the bound it was offered (None otherwise)."""
+    look = outcome.lookup
+    if look is None:
+        return None
+    capping = [s for s in look.steps if s.action == "find" and s.result < s.bound]
+    if not capping:
+        return None
+    s = capping[-1] if outcome.hit_length > 0 else next(x for x in capping if x.result == 0)
+    g = scenario.geometry
+    kind = g.groups[s.members[0]].kind
+    have = sorted(t for gid, t in outcome.present if gid in s.members and t <= s.search_bound)
+    lost = sorted({(gid, t) for gid, t, _ in scenario.evicted if gid in s.members and s.result < t <= s.search_bound})
+    what = ("no block boundary chain reaches past it" if kind == "attention" else
+            "no Mamba state is present on every rank at a boundary above it")
+    line = (f"why: hit {outcome.hit_length}: spec group {list(s.members)} ({kind}) accepts only {s.result} of the "
+            f"{s.bound} it was offered: {what} (present at or below {s.search_bound}: "
+            f"{have[-4:] if have else 'none'}")
+    if s.eagle_drop:
+        line += "; the EAGLE drop takes one unit off its reach"
+    if lost:
+        line += f"; evicted there: {[t for _, t in lost]}"
+    return line + ")"
 
 
 def format_table(scenario: Scenario, outcome: Outcome) -> str:
@@ -135,6 +200,9 @@ def format_table(scenario: Scenario, outcome: Outcome) -> str:
             rnd = " (N-1 re-derivation)" if s.round else ""
             out.append(f"  pass {s.pass_no}{rnd}: spec group {s.spec_group} {list(s.members)}: {what} -> {s.result}")
     out.append(f"hit length: {d['hit_length']}")
+    why = compute_why(scenario, outcome)
+    if why:
+        out.append(why)
     if d["error"]:
         out.append(f"error: {d['error']['rule']}: {d['error']['message']}")
     out.append("tail boundaries: " + (", ".join(f"group {t['group']} @ {t['boundary']}" for t in d["tail_boundaries"])
@@ -188,8 +256,8 @@ def _fails_check(result: dict[str, Any]) -> bool:
     return result["error"] is not None or any(not e["present"] for e in result["load"])
 
 
-_SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "stored_prompt", "prompt", "shared", "stored_json",
-                   "rules", "legacy_tail_key")
+_SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "interleave", "pcp", "stored_prompt", "stored",
+                   "evict", "prompt", "shared", "stored_json", "rules", "legacy_tail_key")
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -290,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     geo.add_argument("--dcp", type=int, metavar="D", help="decode context parallel size (default 1)")
     geo.add_argument("--retention", choices=["replay", "dense"],
                      help="Mamba states kept: replay (checkpoints) or dense (every block end); default replay")
+    geo.add_argument("--interleave", type=int, metavar="I",
+                     help="DCP KV interleave in tokens (runs of I tokens per rank; default 1)")
+    geo.add_argument("--pcp", type=int, metavar="N", help="prefill context parallel size (default 1)")
     stored = e.add_argument_group("what was stored (one of)")
     ex = stored.add_mutually_exclusive_group()
     ex.add_argument("--stored-prompt", type=int, metavar="P", help="a stored request of P tokens")
@@ -297,6 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help='the present objects as a JSON list of {"group": g, "boundary": t} (- for stdin)')
     stored.add_argument("--shared", type=int, metavar="S",
                         help="tokens the stored request shares with the lookup (default min(P, N))")
+    stored.add_argument("--stored", action="append", default=[], metavar="P[:S]",
+                        help="a stored request of P tokens sharing its first S with the lookup (repeatable; "
+                             "S defaults to min(P, N))")
+    stored.add_argument("--evict", action="append", default=[], metavar="GROUP:BOUNDARY[:RANK]",
+                        help="an object evicted from one rank, or from every rank without RANK (repeatable)")
     look = e.add_argument_group("the lookup")
     look.add_argument("--prompt", type=int, metavar="N", help="the looked-up request's length in tokens (required)")
     rules = look.add_mutually_exclusive_group()

@@ -78,3 +78,32 @@ def test_library_surface():
     assert {"Scenario", "evaluate_scenario", "Geometry", "get_rules", "compute_lookup"} <= set(kvspec.spec.__all__)
     assert (Path(kvspec.__file__).parent / "py.typed").exists()
     assert "Apache License" in (Path(kvspec.__file__).parent.parent / "LICENSE").read_text()
+
+
+def test_input_parity_flags(capsys):
+    """--stored P[:S] (repeatable), --evict G:T[:R], --interleave, --pcp say what scenario JSON can say."""
+    rc, out, _ = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57", "--stored", "80:40",
+                      "--evict", "1:52:1", "--json"], capsys)
+    d = json.loads(out)
+    assert rc == 0 and d["input"]["requests"] == [{"prompt": 57, "shared": 57}, {"prompt": 80, "shared": 40}]
+    assert d["input"]["evicted"] == [{"group": 1, "boundary": 52, "rank": 1}]
+    from kvspec.spec.scenario import decode_scenario, encode_outcome, evaluate_scenario
+    sc = decode_scenario(d["input"])  # the flags and the JSON form give the same scenario and result
+    got = encode_outcome(sc, evaluate_scenario(sc))
+    assert got == d
+    rc, out, _ = run(["explain", "--group", "attention:8", "--dcp", "2", "--interleave", "4", "--prompt", "40",
+                      "--stored", "40", "--rules", "pr53324", "--json"], capsys)
+    assert rc == 0 and json.loads(out)["input"]["interleave"] == 4
+    rc, _, err = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57:x"], capsys)
+    assert rc == 2 and "--stored takes P[:S]" in err
+    rc, _, err = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57", "--stored-prompt", "5"],
+                     capsys)
+    assert rc == 2
+
+
+def test_why_line_names_the_capping_group(capsys):
+    rc, out, _ = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57", "--evict", "1:52"], capsys)
+    assert rc == 0 and "why: hit 0: spec group [1] (mamba)" in out and "evicted there: [52]" in out
+    rc, out, _ = run(["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "1000000", "--prompt", "1000000",
+                      "--rules", "pr53324"], capsys)
+    assert "why: hit 0: spec group [1] (mamba) accepts only 0 of the 999680" in out
