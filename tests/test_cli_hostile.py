@@ -109,7 +109,10 @@ GROUPS = st.one_of(st.tuples(st.sampled_from(["attention", "mamba", "Attention",
 FLAG_VALUES = {"--dcp": INTS, "--unit": INTS, "--prompt": INTS, "--stored-prompt": INTS, "--shared": INTS,
                "--group": GROUPS, "--retention": st.sampled_from(["replay", "dense", "", "x"]),
                "--preset": st.sampled_from(["kimi-k3-dcp8", "tiny-dcp2", "small-dcp4", "tiny-two-mamba", "nope"]),
-               "--rules": st.sampled_from(["legacy", "pr53324", "vllm-0.33.0", "vllm", ""])}
+               "--rules": st.sampled_from(["legacy", "pr53324", "vllm-0.33.0", "vllm", ""]),
+               "--interleave": INTS, "--pcp": INTS,
+               "--stored": st.one_of(INTS, st.tuples(INTS, INTS).map(":".join)),
+               "--evict": st.one_of(st.tuples(INTS, INTS).map(":".join), st.tuples(INTS, INTS, INTS).map(":".join))}
 FILE_FLAGS = ("--stored-json", "--scenarios")
 
 
