@@ -318,6 +318,15 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _conform(args: argparse.Namespace) -> int:
+    if (args.engine is None) == (args.adapter is None):
+        raise SpecError("cli-usage", "give exactly one of the engine (vllm) and --adapter MODULE:OBJECT")
+    if args.adapter is not None:
+        from kvspec.checks.adapters import format_adapter_report, load_adapter, run_adapter_conformance
+        if not 0 <= args.examples <= 100_000:
+            raise SpecError("conform-count", f"--examples must be within 0..100000, got {args.examples}")
+        rep = run_adapter_conformance(load_adapter(args.adapter), args.rules, args.examples, args.seed)
+        print(json.dumps(rep, indent=2) if args.json else format_adapter_report(rep))
+        return 0 if rep["ok"] else 1
     if args.count < 0 or args.count > 1_000_000:
         raise SpecError("conform-count", f"--count must be within 0..1000000, got {args.count}")
     try:
@@ -395,8 +404,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--list", action="store_true", help="print the check ids (with --only: those it selects) and exit")
     v.add_argument("--only", nargs="+", metavar="ID", help="run only these checks (shell patterns: 'I-2*', 'MUT-*')")
     c = sub.add_parser("conform", help="compare a rule set with an engine's own code (vllm: vLLM 0.33.0)")
-    c.add_argument("engine", choices=["vllm"], help="the engine whose code is the oracle (needs vllm==0.33.0 "
-                   "importable: make vllm-venv, then .venv-vllm/bin/kvspec conform vllm)")
+    c.add_argument("engine", nargs="?", choices=["vllm"], help="the engine whose code is the oracle (needs "
+                   "vllm==0.33.0 importable: make vllm-venv, then .venv-vllm/bin/kvspec conform vllm)")
+    c.add_argument("--adapter", metavar="MODULE:OBJECT",
+                   help="an engine adapter (checks/adapters.py protocol), e.g. kvspec.checks.adapters:IMPL: the "
+                        "explain vectors of --rules, then a Hypothesis search, shrunk to an explain command")
+    c.add_argument("--rules", choices=list(RULE_SETS), default=DEFAULT_RULES, help="the rule set the adapter claims")
+    c.add_argument("--examples", type=int, default=300, help="scenarios the adapter search tries (default 300)")
     c.add_argument("--count", type=int, default=2000, help="generated scenarios (plus the worked examples)")
     c.add_argument("--seed", type=int, default=0, help="seed of the scenario generator")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
