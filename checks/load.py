@@ -71,22 +71,8 @@ class LoadRanks:
 
     def close(self) -> list[int]:
         """Ask every rank to quit; stop what is left by PID; return the PIDs still alive after (should be [])."""
-        for p in self.procs:
-            try:
-                assert p.stdin is not None
-                p.stdin.write(b'{"op": "quit"}\n')
-                p.stdin.flush()
-            except (BrokenPipeError, ValueError):
-                pass
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
-        for fh in self.logs:
-            fh.close()
-        return [p.pid for p in self.procs if p.poll() is None]
+        from kvspec.impl.cluster import quit_processes
+        return quit_processes(self.procs, self.logs, wait_s=30)
 
 
 def _pct(xs: list[float], q: float) -> float:

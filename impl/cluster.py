@@ -293,18 +293,25 @@ class RankServers:
 
     def close(self) -> None:
         """Ask every rank to quit, then stop what is left by PID."""
-        for p in self.procs:
-            if p.poll() is None and p.stdin is not None:
-                try:
-                    p.stdin.write(b'{"op": "quit"}\n')
-                    p.stdin.flush()
-                except (BrokenPipeError, ValueError):
-                    pass
-        for p in self.procs:
+        quit_processes(self.procs, self.logs, wait_s=15)
+
+
+def quit_processes(procs: list[subprocess.Popen[bytes]], logs: list[Any], wait_s: float) -> list[int]:
+    """Send {"op": "quit"} to each serving process, wait, SIGKILL what is left by PID, close the logs;
+    return the PIDs still alive (none, unless a kill failed)."""
+    for p in procs:
+        if p.poll() is None and p.stdin is not None:
             try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
-        for fh in self.logs:
-            fh.close()
+                p.stdin.write(b'{"op": "quit"}\n')
+                p.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+    for p in procs:
+        try:
+            p.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+    for fh in logs:
+        fh.close()
+    return [p.pid for p in procs if p.poll() is None]
