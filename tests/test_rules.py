@@ -74,7 +74,7 @@ def test_single_group_refusal_names_vllms_reason():
 
 
 def test_scenario_json_names_its_rule_set():
-    from kvspec.spec.scenario import decode_scenario, encode_outcome
+    from kvspec.spec.scenario import RESULT_VERSION, decode_scenario, encode_outcome
     base = {"dcp": 8, "unit": 128, "groups": [{"kind": "attention", "block_size": 1536, "eagle": True},
                                               {"kind": "mamba", "block_size": 1536}],
             "stored_prompt": 15000, "prompt": 15000}
@@ -83,7 +83,7 @@ def test_scenario_json_names_its_rule_set():
         sc = decode_scenario({**base, **extra})
         d = encode_outcome(sc, evaluate_scenario(sc))
         hits[sc.rules] = d["hit_length"]
-        assert d["rules"] == sc.rules and d["version"] == 2
+        assert d["rules"] == sc.rules and d["version"] == RESULT_VERSION == 3
     assert hits == {"vllm-0.33.0": 14848, "pr53324": 13824, "legacy": 13824}
     for bad, rule in (({"rules": "vllm"}, "rules"), ({"rules": ["x"]}, "rules"),
                       ({"legacy": True, "rules": "pr53324"}, "scenario")):
