@@ -181,6 +181,34 @@ def compute_why(scenario: Scenario, outcome: Outcome) -> str | None:
     return line + ")"
 
 
+def format_ranks(scenario: Scenario, outcome: Outcome, model: str = "kvspec-model") -> str:
+    """Return the per-rank view of the load plan: which token slots each rank's block holds (the DCP ownership
+    rule, honouring interleave), the key it loads under, and whether that rank's key is present."""
+    from kvspec.spec.geometry import compute_ranks, compute_span
+    from kvspec.spec.scenario import compute_stored_objects
+    g = scenario.geometry
+    held = compute_stored_objects(scenario) - scenario.evicted
+    d, il = g.parallel.dcp, g.parallel.interleave
+    out = [f"per rank (H_t is the chain hash of the first t tokens; keys in kvspec's grammar, model {model!r}):"]
+    if not outcome.load:
+        out.append("  (nothing to load)")
+    for r in compute_ranks(g) if outcome.load else ():
+        out.append(f"  rank {r}:")
+        for e in outcome.load:
+            gr = g.groups[e.group]
+            s = compute_span(g, GroupId(e.group))
+            if gr.kind == "attention":
+                lo = e.block * s
+                what = (f"slots hold runs of {il} token(s) from {lo + r * il}, every {d * il}, within [{lo}, {lo + s}) "
+                        f"({gr.block_size} slots; [{e.start}, {e.end}) counts)")
+            else:
+                what = f"the whole state after {e.key_boundary} tokens (every rank keeps its own copy)"
+            key = f"{model}@tp_rank:{r}@pcp0@dcp{r}@pp_rank:0@group:{e.group}@H_{e.key_boundary}"
+            there = "present" if (e.group, e.key_boundary, r) in held else "MISSING on this rank (-704)"
+            out.append(f"    group {e.group} block {e.block}: {what}; key {key}: {there}")
+    return "\n".join(out)
+
+
 def format_table(scenario: Scenario, outcome: Outcome) -> str:
     """Return the readable explanation of one scenario."""
     d = encode_outcome(scenario, outcome)
@@ -273,6 +301,8 @@ def _explain(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         print(format_table(sc, outcome))
+        if args.ranks:
+            print(format_ranks(sc, outcome))
     return 1 if args.check and _fails_check(result) else 0
 
 
@@ -394,6 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="JSON lines, one scenario each (keys as in --json's input; - for stdin); one result line "
                           "each, an error object for a bad line; excludes the flags above")
     out.add_argument("--json", action="store_true", help="print the result (and errors) as JSON on stdout")
+    out.add_argument("--ranks", action="store_true",
+                     help="also print, per DCP rank, the token slots of each planned block, its key and presence")
     out.add_argument("--check", action="store_true",
                      help="exit 1 when a planned load key is not present or a scenario fails")
     v = sub.add_parser("verify", help="run the proofs, exhaustive checks and mutants (make verify)")

@@ -107,3 +107,28 @@ def test_why_line_names_the_capping_group(capsys):
     rc, out, _ = run(["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "1000000", "--prompt", "1000000",
                       "--rules", "pr53324"], capsys)
     assert "why: hit 0: spec group [1] (mamba) accepts only 0 of the 999680" in out
+
+
+def test_ranks_view_follows_the_ownership_rule(capsys):
+    """--ranks: each rank's slots as the DCP ownership rule places them (interleave honoured), its keys, presence."""
+    import re
+
+    from kvspec.spec.ownership import compute_rank_positions
+    rc, out, _ = run(["explain", "--group", "attention:8", "--dcp", "2", "--interleave", "2", "--stored", "40",
+                      "--prompt", "40", "--rules", "pr53324", "--ranks"], capsys)
+    assert rc == 0
+    rows = re.findall(r"rank (\d+):|group 0 block (\d+): slots hold runs of (\d+) token\(s\) from (\d+), every (\d+), "
+                      r"within \[(\d+), (\d+)\)", out)
+    rank, seen = None, 0
+    for r, blk, run_len, first, every, lo, hi in rows:
+        if r:
+            rank = int(r)
+            continue
+        want = compute_rank_positions(int(blk), 16, 2, 2, rank)
+        got = [p for p in range(int(lo), int(hi)) if (p - int(first)) % int(every) < int(run_len) and p >= int(first)]
+        assert tuple(got) == want
+        seen += 1
+    assert seen == 2 * 2  # two planned blocks on each of two ranks
+    legacy = run(["explain", "--preset", "small-dcp2", "--stored-prompt", "57", "--prompt", "57", "--rules", "legacy",
+                  "--ranks"], capsys)[1]
+    assert legacy.count("@H_48: MISSING on this rank (-704)") == 2  # the #53324 key, on both ranks
