@@ -130,11 +130,20 @@ def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, 
 
 @attrs.frozen(kw_only=True)
 class Mutant:
-    """A known bug as a variant of one spec stage."""
+    """A known bug as a variant of the spec's stages; `closure` ones are hunted over partly failed loads."""
 
     name: str
     bug: str
     stages: Stages
+    closure: bool = False
+
+
+def _keeps_hit(g: Geometry, present: frozenset[Obj], h: Tokens, plan: Any, ok: Any) -> Tokens:
+    return h  # a failed block still counted: no closure
+
+
+def _retry_same_hit(failed_loads: int, safe: Tokens) -> Tokens | None:
+    return None  # no cap: the failing hit is offered again
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -154,6 +163,10 @@ MUTANTS: tuple[Mutant, ...] = (
            stages=attrs.evolve(SPEC_STAGES, lookup=_no_rederive_lookup)),
     Mutant(name="tail-scan-backward", bug="the tail scan going backwards instead of forwards",
            stages=attrs.evolve(SPEC_STAGES, tails=_backward_tails)),
+    Mutant(name="closure-keeps-hit", bug="#53730/#48216: a failed block still counted (no closure)",
+           stages=attrs.evolve(SPEC_STAGES, safe=_keeps_hit), closure=True),
+    Mutant(name="closure-retry-same-hit", bug="#55297: the failing hit offered again (no retry cap)",
+           stages=attrs.evolve(SPEC_STAGES, retry=_retry_same_hit), closure=True),
 )
 
 

@@ -95,16 +95,17 @@ def _failure_task(part: str, fast: bool) -> ROW:
     from kvspec.spec.scenario import evaluate_scenario
     t0 = time.perf_counter()
     n, bad = 0, []
-    mutants: dict[str, dict[str, Any]] = {"exhaustive": {}, "keeps-hit": {"safe_fn": lambda g, E, h, plan, ok: h},
-                                          "retry-same-hit": {"retry_fn": lambda fails, safe: None}}
-    mutant = mutants[part]
+    from kvspec.spec.scenario import SPEC_STAGES
+
+    from .mutants import MUTANTS
+    stages = SPEC_STAGES if part == "exhaustive" else next(m.stages for m in MUTANTS if m.name == part)
     for sc in _failure_scenarios(fast):
         out = evaluate_scenario(sc)
         if out.hit_length <= 0:
             continue
         for ok in _failure_patterns(len(out.load)):
             n += 1
-            v = compute_failure_violations(sc, out, ok, **mutant)
+            v = compute_failure_violations(sc, out, ok, stages)
             if v:
                 bad.append({"violated": list(v), "scenario": repr(sc), "ok": list(ok)})
                 break
@@ -216,7 +217,7 @@ def compute_row_id(task: tuple[str, Any, bool]) -> str:
     if kind == "exh":
         return "EXHAUSTIVE"
     if kind == "fail":
-        return "FAIL-exhaustive" if arg == "exhaustive" else f"MUT-closure-{arg}"
+        return "FAIL-exhaustive" if arg == "exhaustive" else f"MUT-{arg}"
     return f"{'LINK' if kind == 'link' else 'MUT'}-{arg}"
 
 
@@ -231,8 +232,8 @@ def compute_tasks(fast: bool = False, only: tuple[str, ...] = ()) -> list[tuple[
     tasks += [("fail", "exhaustive", fast)]
     tasks += [("exh", k, fast) for k in range(STRIDE)]
     tasks += [("link", p, fast) for p in ("exhaustive", "hypothesis", "exhaustive-draft")]
-    tasks += [("mut", m.name, fast) for m in MUTANTS]
-    tasks += [("fail", p, fast) for p in ("keeps-hit", "retry-same-hit")]
+    tasks += [("mut", m.name, fast) for m in MUTANTS if not m.closure]
+    tasks += [("fail", m.name, fast) for m in MUTANTS if m.closure]
     if only:
         tasks = [t for t in tasks if any(fnmatch.fnmatchcase(compute_row_id(t), pat) for pat in only)]
     return tasks
@@ -257,6 +258,7 @@ def summarize(rows: list[ROW], fast: bool) -> dict[str, Any]:
     """Return the table rows for display and the totals."""
     from kvspec.spec.invariants import REGISTRY
 
+    from .mutants import MUTANTS
     from .prove import SCOPE, compute_theorems
     table: list[ROW] = []
     order = {t.name: k for k, t in enumerate(compute_theorems())}  # the table keeps the theorems' order
@@ -297,10 +299,10 @@ def summarize(rows: list[ROW], fast: bool) -> dict[str, Any]:
                           "failures": r["bad"][:3]})
         else:
             caught = [v for b in r["bad"] for v in b["violated"]]
-            table.append({"id": f"MUT-closure-{r['id'][5:]}", "method": "mutant",
-                          "statement": {"FAIL-keeps-hit": "#53730/#48216: a failed block still counted (no closure)",
-                                        "FAIL-retry-same-hit": "#55297: the failing hit offered again (no retry cap)"}
-                          [r["id"]], "result": f"caught by {', '.join(caught)}" if caught else "NOT CAUGHT",
+            name = r["id"][len("FAIL-"):]
+            table.append({"id": f"MUT-{name}", "method": "mutant",
+                          "statement": next(m.bug for m in MUTANTS if m.name == name),
+                          "result": f"caught by {', '.join(caught)}" if caught else "NOT CAUGHT",
                           "ok": bool(caught), "seconds": round(r["seconds"], 2), "tried": r["n"],
                           "counterexample": r["bad"][0]["scenario"] if r["bad"] else None})
     ok = all(r["ok"] for r in table)

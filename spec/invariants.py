@@ -21,7 +21,7 @@ import attrs
 
 from .geometry import compute_alignment, compute_span
 from .lookup import compute_tail_block
-from .scenario import Outcome, Scenario, compute_stored_objects
+from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_stored_objects
 from .store import Obj, compute_present
 from .types import GroupId, Tokens
 
@@ -315,17 +315,16 @@ def compute_plan_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, 
 
 
 def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...],
-                            safe_fn: Callable[..., Any] | None = None,
-                            retry_fn: Callable[..., Any] | None = None) -> FailureWitness:
-    """Return the failure witness of a load whose per-block results are `ok` (closure rules replaceable by mutants)."""
-    from .failure import compute_loaded_prefix, compute_retry_cap, compute_safe_boundary
+                            stages: Stages = SPEC_STAGES) -> FailureWitness:
+    """Return the failure witness of a load whose per-block results are `ok` (closure rules from `stages`)."""
+    from .failure import compute_loaded_prefix
     from .geometry import compute_group_ids
     from .lookup import compute_lookup
 
     g, h, present = scenario.geometry, outcome.hit_length, outcome.present
-    safe = (safe_fn or compute_safe_boundary)(g, present, h, outcome.load, ok)
+    safe = stages.safe(g, present, h, outcome.load, ok)
     mambas = compute_group_ids(g, "mamba")
-    cap = (retry_fn or compute_retry_cap)(0 if all(ok) else 1, safe)
+    cap = stages.retry(0 if all(ok) else 1, safe)
     retry = compute_lookup(g, present, Tokens(scenario.prompt), cap=cap).hit_length if cap is not None else h
     return FailureWitness(
         alignment=compute_alignment(g), hit=h, safe=safe, all_ok=all(ok),
@@ -337,10 +336,9 @@ def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool
 
 
 def compute_failure_violations(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...],
-                               safe_fn: Callable[..., Any] | None = None,
-                               retry_fn: Callable[..., Any] | None = None) -> tuple[str, ...]:
+                               stages: Stages = SPEC_STAGES) -> tuple[str, ...]:
     """Return the ids of the failure-closure invariants a load result violates."""
     from .ops import IntOps
 
-    w = compute_failure_witness(scenario, outcome, ok, safe_fn, retry_fn)
+    w = compute_failure_witness(scenario, outcome, ok, stages)
     return tuple(inv.id for inv in REGISTRY if inv.kind == "failure" and not inv.predicate(IntOps, w))

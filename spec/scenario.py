@@ -12,6 +12,7 @@ from typing import Any, cast
 import attrs
 
 from .errors import SpecError, require
+from .failure import compute_retry_cap, compute_safe_boundary
 from .geometry import (
     Geometry,
     Group,
@@ -101,13 +102,15 @@ class Scenario:
 
 @attrs.frozen(kw_only=True)
 class Stages:
-    """The spec's stage functions; mutants (checks/mutants.py) replace exactly one."""
+    """The spec's replaceable rules, the one extension point: every mutant (checks/mutants.py) is a variant."""
 
     store: Callable[[RuleSet, Geometry, Tokens], frozenset[Obj]] = compute_rule_store
     present: Callable[[Geometry, frozenset[RankObj]], frozenset[Obj]] = compute_present
     lookup: Callable[..., LookupResult] = compute_lookup  # (geometry, E, N, lookahead=λ)
     tails: Callable[..., tuple[tuple[GroupId, Boundary], ...]] = compute_tail_boundaries
     plan: Callable[..., tuple[LoadEntry, ...]] = plan_load
+    safe: Callable[..., Tokens] = compute_safe_boundary  # (geometry, E, h, plan, ok): the failure closure
+    retry: Callable[..., Tokens | None] = compute_retry_cap  # (failed loads, safe): the next lookup's cap
 
 
 SPEC_STAGES = Stages()

@@ -136,9 +136,12 @@ def test_legacy_counterexample_command_replays_as_missing_key(capsys):
 
 
 def test_every_mutant_is_caught_quickly():
+    """Scenario mutants by the registry on the scope; closure mutants are hunted over failed loads
+    (tests/test_failure.py, make verify's MUT-closure-* rows)."""
     for m in MUTANTS:
-        caught, sc, n = hunt(m, iterate_all(dcps=(2, 8)))
-        assert caught, m.name
+        if not m.closure:
+            caught, sc, n = hunt(m, iterate_all(dcps=(2, 8)))
+            assert caught, m.name
 
 
 def test_link_on_the_worked_example():
