@@ -303,6 +303,13 @@ def _explain(args: argparse.Namespace) -> int:
         print(format_table(sc, outcome))
         if args.ranks:
             print(format_ranks(sc, outcome))
+    if args.svg:
+        from kvspec.checks.picture import render_svg
+        try:
+            with open(args.svg, "w") as f:
+                f.write(render_svg(sc, outcome))
+        except OSError as exc:
+            raise SpecError("output-file", f"cannot write {args.svg}: {exc.strerror or exc}") from None
     return 1 if args.check and _fails_check(result) else 0
 
 
@@ -424,6 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="JSON lines, one scenario each (keys as in --json's input; - for stdin); one result line "
                           "each, an error object for a bad line; excludes the flags above")
     out.add_argument("--json", action="store_true", help="print the result (and errors) as JSON on stdout")
+    out.add_argument("--svg", metavar="FILE",
+                     help="also draw the block layout (every group and rank; loaded, missing, stored blocks; "
+                          "the unit grid, h and the tail keys) as SVG")
     out.add_argument("--ranks", action="store_true",
                      help="also print, per DCP rank, the token slots of each planned block, its key and presence")
     out.add_argument("--check", action="store_true",

@@ -132,3 +132,25 @@ def test_ranks_view_follows_the_ownership_rule(capsys):
     legacy = run(["explain", "--preset", "small-dcp2", "--stored-prompt", "57", "--prompt", "57", "--rules", "legacy",
                   "--ranks"], capsys)[1]
     assert legacy.count("@H_48: MISSING on this rank (-704)") == 2  # the #53324 key, on both ranks
+
+
+def test_svg_picture_marks_missing_loaded_and_hit(tmp_path, capsys):
+    """--svg draws one block per (group, rank, block), coloured by the plan; parsed back as XML."""
+    import xml.etree.ElementTree as ET
+    f = tmp_path / "legacy.svg"
+    assert run(["explain", "--preset", "small-dcp2", "--stored-prompt", "57", "--prompt", "57", "--rules", "legacy",
+                "--svg", str(f)], capsys)[0] == 0
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    root = ET.parse(f).getroot()
+    blocks = [r for r in root.iterfind(".//s:rect", ns) if "block" in r.get("class", "")]
+    state = {(int(r.get("data-group")), int(r.get("data-rank")), int(r.get("data-block"))): r.get("class").split()[1]
+             for r in blocks}
+    assert len(state) == 2 * 2 + 2 * 4  # attention: 2 blocks of 32 tokens, Mamba: 4 of 16, on each of 2 ranks
+    assert state[(0, 0, 1)] == state[(0, 1, 1)] == "missing"  # H_48 was never stored: the #53324 -704
+    assert state[(0, 0, 0)] == "loaded" and state[(1, 1, 2)] == "loaded" and state[(1, 0, 3)] == "stored"
+    hit = root.find(".//s:line[@class='hit']", ns)
+    assert hit is not None and "h = 48" in hit.find("s:title", ns).text
+    assert len(root.findall(".//s:path[@class='tail']", ns)) == 4  # B_g on every (group, rank) row
+    rc, _, err = run(["explain", "--preset", "small-dcp2", "--stored-prompt", "57", "--prompt", "57",
+                      "--svg", str(tmp_path / "no" / "dir.svg")], capsys)
+    assert rc == 2 and "output-file" in err
