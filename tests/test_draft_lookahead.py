@@ -16,7 +16,7 @@ from kvspec.impl.worker import make_tokens
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.keys import compute_hash_chain
 
-from .fakes import FakeMooncake
+from .support.fakes import FakeMooncake
 
 
 def test_draft_kv_of_a_shorter_writer_is_loaded_under_a_correct_key():

@@ -12,7 +12,7 @@ from hypothesis import given
 
 from kvspec.checks.cli import main
 
-from .strategies import scenarios
+from .support.strategies import scenarios
 
 SHIPPED = ["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "15000", "--prompt", "15000"]
 EXAMPLE = [*SHIPPED, "--rules", "pr53324"]

@@ -12,7 +12,7 @@ from kvspec.spec.lookup import compute_lookup
 from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
-from .strategies import scenarios
+from .support.strategies import scenarios
 
 
 @st.composite

@@ -12,7 +12,7 @@ from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.scenario import Scenario, StoredRequest
 
 from .conftest import require
-from .test_live import run
+from .support.live import run
 
 pytestmark = [pytest.mark.live, pytest.mark.faults]
 cluster = require("kvspec.impl.cluster")
@@ -44,7 +44,7 @@ def test_eviction_between_lookup_and_load(master, tmp_path):
 
 def test_store_full_is_not_cached(tmp_path):
     """Puts answered -200 (segment full) mean 'not cached': no error, every load still exact, time bounded."""
-    from .live import build_job
+    from .support.live import build_job
     g = geometry(2, "dense")
     scs = [Scenario(geometry=g, prompt=150, stored=(StoredRequest(prompt=150, shared=150),), rules="pr53324") for _ in range(10)]
     with cluster.running_master(str(tmp_path)) as m:
@@ -77,7 +77,7 @@ def _wait_for(paths, timeout=60):
 def test_master_killed_during_load_and_restarted(tmp_path):
     """The master dies after the lookup and comes back on the same port: loads fail (-900 / -704), nothing wrong
     is used, every earlier key is gone (a retry finds no hit), and it all ends in bounded time."""
-    from .live import build_job
+    from .support.live import build_job
     g = geometry(2, "dense")
     sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")
     sync = tmp_path / "sync"
@@ -111,7 +111,7 @@ def test_master_killed_during_load_and_restarted(tmp_path):
 def test_rank_process_killed(tmp_path):
     """A rank process dies (SIGKILL) after storing: the survivors fail fast instead of hanging, every process is
     gone, and a fresh set of ranks finds no hit (the dead client's segment and shards are gone: E needs every rank)."""
-    from .live import build_job
+    from .support.live import build_job
     g = geometry(2, "replay")
     sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")
     with cluster.running_master(str(tmp_path)) as m:
@@ -139,7 +139,7 @@ def test_rank_process_killed(tmp_path):
 def test_lease_blocks_removal(tmp_path):
     """The lookup's existence check grants a lease: a non-forced removal right after it answers -706, the object
     stays, and the load the spec predicts succeeds byte-exact."""
-    from .live import build_job, compare
+    from .support.live import build_job, compare
     g = geometry(2, "replay")
     sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")
     m = cluster.start_master(str(tmp_path), lease_ttl_ms=10_000)

@@ -22,7 +22,7 @@ from kvspec.spec.ops import IntOps
 from kvspec.spec.ownership import compute_owner, compute_rank_positions
 from kvspec.spec.presets import PRESETS, get_preset
 
-from .strategies import geometries
+from .support.strategies import geometries
 
 
 def rule_of(fn) -> str:

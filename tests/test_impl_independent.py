@@ -10,7 +10,7 @@ from hypothesis import given
 from kvspec.impl.lookup import HybridLookup
 from kvspec.spec.scenario import Scenario, evaluate_scenario
 
-from .strategies import arbitrary_present_scenarios, scenarios
+from .support.strategies import arbitrary_present_scenarios, scenarios
 
 ALLOWED = {"kvspec.spec.geometry", "kvspec.spec.keys", "kvspec.spec.types", "kvspec.spec.errors"}
 IMPL = Path(__file__).resolve().parent.parent / "impl"

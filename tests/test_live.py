@@ -11,22 +11,10 @@ from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
 from .conftest import require
-from .live import build_job, compare
+from .support.live import run
 
 pytestmark = pytest.mark.live
 cluster = require("kvspec.impl.cluster")
-
-
-def run(master, scenarios, tmp_path, tag, evict_after_lookup=None, env=None):
-    job = build_job(master.address, scenarios, tag, evict_after_lookup)
-    ranks = cluster.run_ranks(job, scenarios[0].geometry.parallel.dcp, timeout_s=600, workdir=str(tmp_path), env=env)
-    totals = compare(scenarios, job, ranks)
-    totals["staged_ranks"] = sum(bool(r.get("staging")) for r in ranks)
-    print(f"[{tag}] {len(scenarios)} scenarios x {len(ranks)} ranks: bytes compared {totals['bytes_compared']}, "
-          f"bytes wrong {totals['bytes_wrong']} (+{totals['draft_lookahead_bytes']} draft-lookahead), "
-          f"keys put {totals['keys_put']}, loads {totals['loads']}, "
-          f"-704 {totals['minus704']}")
-    return totals
 
 
 def scaled(dcp: int, eagle: bool = True, retention: str = "replay", draft: bool = False) -> Geometry:

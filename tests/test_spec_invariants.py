@@ -8,7 +8,7 @@ from kvspec.spec.invariants import REGISTRY, compute_violations
 from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
-from .strategies import arbitrary_present_scenarios, scenarios
+from .support.strategies import arbitrary_present_scenarios, scenarios
 
 KIMI = Scenario(geometry=get_preset("kimi-k3-dcp8"), prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),))
 

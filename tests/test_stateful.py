@@ -13,41 +13,19 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kvspec.impl.engine import RankEngine, RequestKV
 from kvspec.impl.lookup import HybridLookup
-from kvspec.impl.worker import make_tokens
 from kvspec.spec.failure import compute_retry_cap, compute_safe_boundary
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.keys import compute_hash_chain
-from kvspec.spec.lookup import compute_lookup, compute_tail_boundaries
+from kvspec.spec.lookup import compute_lookup
 from kvspec.spec.model import ModelStore, apply_evict, apply_put, compute_present_in_chain
-from kvspec.spec.plan import plan_load
 from kvspec.spec.store import compute_store_boundaries
 
-from .fakes import FakeMooncake
+from .support.fakes import FakeMooncake
+from .support.universe import prompts, spec_expectation, tokens_of
 
-BASE = make_tokens(1, 256)
 TOTALS: Counter = Counter()
 RUN_IDS = itertools.count()
 CPU = torch.device("cpu")
-
-
-def tokens_of(shared: int, length: int, branch: int) -> list[int]:
-    shared = min(shared, length)
-    return BASE[:shared] + make_tokens(100 + branch, length - shared, 1000, 2000)
-
-
-# a small universe of prompts sharing prefixes, so that hits (and collisions of stored objects) happen
-UNIVERSE = [(120, 120, 0), (120, 97, 0), (120, 113, 0), (96, 120, 1), (64, 100, 1), (40, 73, 0), (120, 64, 0)]
-def spec_expectation(g, expected, toks):
-    """Return (chain, E, h, tails, plan): what the spec says a lookup of toks finds in the model store."""
-    chain = compute_hash_chain(toks, g.unit)
-    E = compute_present_in_chain(expected, chain, g.unit, len(g.groups), g.parallel.dcp)
-    h = compute_lookup(g, E, len(toks)).hit_length
-    tails = compute_tail_boundaries(g, E, len(toks), h)
-    return chain, E, h, tails, plan_load(g, E, h, tails)
-
-
-prompts = st.one_of(st.sampled_from(UNIVERSE), st.tuples(st.sampled_from([0, 24, 40, 64, 96]), st.integers(1, 120),
-                                                         st.integers(0, 1)))
 
 
 class SpecVsImpl(RuleBasedStateMachine):

@@ -27,7 +27,7 @@ from kvspec.spec.model import ModelStore, apply_evict, apply_put, compute_presen
 from kvspec.spec.store import compute_store_boundaries
 
 from .conftest import require
-from .test_stateful import prompts, spec_expectation, tokens_of
+from .support.universe import prompts, spec_expectation, tokens_of
 
 pytestmark = [pytest.mark.live, pytest.mark.stateful]
 cluster = require("kvspec.impl.cluster")

@@ -11,7 +11,7 @@ from hypothesis import given
 
 from kvspec.spec.scenario import decode_scenario, encode_outcome, encode_scenario, evaluate_scenario
 
-from .strategies import scenarios
+from .support.strategies import scenarios
 
 ROOT = Path(__file__).parent.parent
 VECTORS = ROOT / "vectors" / "cases"

@@ -92,3 +92,17 @@ def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str
             totals["minus704"] += sum(rc == OBJECT_NOT_FOUND for rc in got["load"]["results"])
             totals["safe_below_hit"] += got["safe"] < got["hit"]
     return totals
+
+
+def run(master, scenarios, tmp_path, tag, evict_after_lookup=None, env=None):
+    """Run the scenarios on real rank processes against `master`; print and return the comparison totals."""
+    job = build_job(master.address, scenarios, tag, evict_after_lookup)
+    from kvspec.impl import cluster  # needs torch and the Mooncake wheel (the live tests check both)
+    ranks = cluster.run_ranks(job, scenarios[0].geometry.parallel.dcp, timeout_s=600, workdir=str(tmp_path), env=env)
+    totals = compare(scenarios, job, ranks)
+    totals["staged_ranks"] = sum(bool(r.get("staging")) for r in ranks)
+    print(f"[{tag}] {len(scenarios)} scenarios x {len(ranks)} ranks: bytes compared {totals['bytes_compared']}, "
+          f"bytes wrong {totals['bytes_wrong']} (+{totals['draft_lookahead_bytes']} draft-lookahead), "
+          f"keys put {totals['keys_put']}, loads {totals['loads']}, "
+          f"-704 {totals['minus704']}")
+    return totals
