@@ -102,7 +102,7 @@ def compute_adapter_outcome(adapter: EngineAdapter, scenario: Any) -> dict[str, 
     else:
         stored = {(int(x), int(t)) for r in scenario.stored for x, t in adapter.store_objects(g, r.prompt)
                   if t <= r.shared}
-    present = frozenset(o for o in stored if not any((o[0], o[1]) == (x, t) for x, t, _ in scenario.evicted))
+    present = frozenset(stored - {(int(x), int(t)) for x, t, _ in scenario.evicted})  # E: on every rank
     hit, tails = adapter.lookup(g, present, scenario.prompt)
     plan = adapter.load_plan(g, hit, tails) if hit > 0 else []
     return {"stored": sorted(present), "hit": hit, "tails": sorted(tails.items()) if hit > 0 else [],

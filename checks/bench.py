@@ -145,7 +145,6 @@ def bench_efficiency(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), st
     (u = 4, b = 16, D = 2) over one scheduler block in steps of 1. Reusable tokens of a resend are
     ⌊P/u⌋·u − u (the last unit is recomputed: the logits need the last token, EAGLE drops a unit).
     """
-    import attrs
 
     from kvspec.spec.geometry import compute_lcm_span, make_geometry
     small = make_geometry(4, [("attention", 16, True), ("mamba", 16, False)], dcp=2)

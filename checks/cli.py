@@ -57,7 +57,7 @@ def _parse_group(text: str) -> Group:
 
 
 def _geometry(args: argparse.Namespace) -> Geometry:
-    interleave, pcp = getattr(args, "interleave", None), getattr(args, "pcp", None)
+    interleave, pcp = args.interleave, args.pcp
     if args.preset:
         base = get_preset(args.preset)
         groups = tuple(_parse_group(g) for g in args.group) if args.group else base.groups
@@ -123,21 +123,23 @@ def _parse_json(data: bytes, what: str, rule: str) -> Any:
         raise SpecError(rule, f"{what}: {exc}") from None
 
 
-def _read_json(path: str) -> Any:
+def _read_bounded(path: str) -> bytes:
+    """Return at most MAX_INPUT_BYTES + 1 bytes of a file (- for stdin); the callers refuse the larger ones."""
     try:
         with (sys.stdin.buffer if path == "-" else open(path, "rb")) as f:
-            data = f.read(MAX_INPUT_BYTES + 1)
+            return f.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise SpecError("input-file", f"cannot read {path}: {exc.strerror or exc}") from None
-    return _parse_json(data, path, "stored-json")
+
+
+def _read_json(path: str) -> Any:
+    return _parse_json(_read_bounded(path), path, "stored-json")
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
     geometry = _geometry(args)
     if args.prompt is None:
         raise SpecError("scenario", "--prompt N (the lookup request's length) is required")
-    if args.legacy_tail_key and args.rules not in (None, "legacy"):
-        raise SpecError("rules", f"--legacy-tail-key is --rules legacy; it excludes --rules {args.rules}")
     rule = get_rules("legacy" if args.legacy_tail_key else (args.rules or DEFAULT_RULES)).name
     evicted = _evictions(args, geometry)
     if args.stored_json is not None:
@@ -184,7 +186,8 @@ def compute_why(scenario: Scenario, outcome: Outcome) -> str | None:
 def format_ranks(scenario: Scenario, outcome: Outcome, model: str = "kvspec-model") -> str:
     """Return the per-rank view of the load plan: which token slots each rank's block holds (the DCP ownership
     rule, honouring interleave), the key it loads under, and whether that rank's key is present."""
-    from kvspec.spec.geometry import compute_ranks, compute_span
+    from kvspec.spec.geometry import compute_rank_fields, compute_ranks, compute_span
+    from kvspec.spec.keys import StoreKey, render_key
     from kvspec.spec.scenario import compute_stored_objects
     g = scenario.geometry
     held = compute_stored_objects(scenario) - scenario.evicted
@@ -203,7 +206,10 @@ def format_ranks(scenario: Scenario, outcome: Outcome, model: str = "kvspec-mode
                         f"({gr.block_size} slots; [{e.start}, {e.end}) counts)")
             else:
                 what = f"the whole state after {e.key_boundary} tokens (every rank keeps its own copy)"
-            key = f"{model}@tp_rank:{r}@pcp0@dcp{r}@pp_rank:0@group:{e.group}@H_{e.key_boundary}"
+            fields = compute_rank_fields(g, r)
+            key = render_key(StoreKey(model=model, tp_rank=fields.tp_rank, pcp_rank=fields.pcp_rank,
+                                      dcp_rank=fields.dcp_rank, pp_rank=fields.pp_rank, group=e.group,
+                                      hash_hex="0" * 64)).rsplit("@", 1)[0] + f"@H_{e.key_boundary}"
             there = "present" if (e.group, e.key_boundary, r) in held else "MISSING on this rank (-704)"
             out.append(f"    group {e.group} block {e.block}: {what}; key {key}: {there}")
     return "\n".join(out)
@@ -314,11 +320,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _read_lines(path: str) -> list[str]:
-    try:
-        with (sys.stdin.buffer if path == "-" else open(path, "rb")) as f:
-            data = f.read(MAX_INPUT_BYTES + 1)
-    except OSError as exc:
-        raise SpecError("input-file", f"cannot read {path}: {exc.strerror or exc}") from None
+    data = _read_bounded(path)
     if len(data) > MAX_INPUT_BYTES:
         raise SpecError("input-size", f"{path} is larger than {MAX_INPUT_BYTES} bytes")
     try:
@@ -341,7 +343,6 @@ def _keys(args: argparse.Namespace) -> int:
             fields["ambiguous_prefix_model"] = [{"cache_prefix": p, "model": m} for p, m in splits]
         print(json.dumps(fields, indent=2) if args.json else "\n".join(f"{n}: {v}" for n, v in fields.items()))
         return 0
-    args.stored_prompt = args.prompt = args.shared = args.stored_json = None
     geometry = _geometry(args)
     tokens = None
     if args.tokens is not None:
@@ -378,6 +379,22 @@ def _conform(args: argparse.Namespace) -> int:
     return 0 if rep["ok"] else 1
 
 
+def _add_geometry_args(parser: argparse.ArgumentParser) -> None:
+    """Add the geometry flags (read by _geometry) to a subcommand."""
+    geo = parser.add_argument_group("geometry (a preset, or --group flags; flags override the preset)")
+    geo.add_argument("--preset", choices=sorted(PRESETS), help="a named geometry (spec/presets.py)")
+    geo.add_argument("--group", action="append", default=[], metavar="KIND:BLOCK[:eagle]",
+                     help="a KV-cache group in id order: kind attention|mamba (aliases mla; gdn, kda, linear), "
+                          "per-rank block size in tokens, :eagle for the EAGLE-drop group (repeatable)")
+    geo.add_argument("--unit", type=int, metavar="U", help="prefix-match unit u in tokens (default 1)")
+    geo.add_argument("--dcp", type=int, metavar="D", help="decode context parallel size (default 1)")
+    geo.add_argument("--retention", choices=["replay", "dense"],
+                     help="Mamba states kept: replay (checkpoints) or dense (every block end); default replay")
+    geo.add_argument("--interleave", type=int, metavar="I",
+                     help="DCP KV interleave in tokens (runs of I tokens per rank; default 1)")
+    geo.add_argument("--pcp", type=int, metavar="N", help="prefill context parallel size (default 1)")
+
+
 EXPLAIN_EPILOG = """example (vLLM PR #53324's Kimi-K3 deployment, DCP 8):
   kvspec explain --preset kimi-k3-dcp8 --stored-prompt 15000 --prompt 15000
   kvspec explain --group attention:1536:eagle --group mamba:1536 --unit 128 --dcp 8 \\
@@ -395,18 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the spec on one scenario: what was stored, the lookup's hit length, the "
                                    "tail boundaries and the load plan with every key's boundary. All lengths are "
                                    "in tokens.")
-    geo = e.add_argument_group("geometry (a preset, or --group flags; flags override the preset)")
-    geo.add_argument("--preset", choices=sorted(PRESETS), help="a named geometry (spec/presets.py)")
-    geo.add_argument("--group", action="append", default=[], metavar="KIND:BLOCK[:eagle]",
-                     help="a KV-cache group in id order: kind attention|mamba (aliases mla; gdn, kda, linear), "
-                          "per-rank block size in tokens, :eagle for the EAGLE-drop group (repeatable)")
-    geo.add_argument("--unit", type=int, metavar="U", help="prefix-match unit u in tokens (default 1)")
-    geo.add_argument("--dcp", type=int, metavar="D", help="decode context parallel size (default 1)")
-    geo.add_argument("--retention", choices=["replay", "dense"],
-                     help="Mamba states kept: replay (checkpoints) or dense (every block end); default replay")
-    geo.add_argument("--interleave", type=int, metavar="I",
-                     help="DCP KV interleave in tokens (runs of I tokens per rank; default 1)")
-    geo.add_argument("--pcp", type=int, metavar="N", help="prefill context parallel size (default 1)")
+    _add_geometry_args(e)
     stored = e.add_argument_group("what was stored (one of)")
     ex = stored.add_mutually_exclusive_group()
     ex.add_argument("--stored-prompt", type=int, metavar="P", help="a stored request of P tokens")
@@ -472,11 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
     kc.add_argument("--grammar", choices=["kvspec", "vllm-0.33.0"], default="kvspec", help="the dump's key grammar")
     kc.add_argument("--tokens", metavar="FILE", help="the request's token ids as a JSON list (maps hashes to t)")
     kc.add_argument("--rules", choices=list(RULE_SETS), default=DEFAULT_RULES, help="rule set of the lookup")
-    kc.add_argument("--preset", choices=sorted(PRESETS), help="a named geometry")
-    kc.add_argument("--group", action="append", default=[], metavar="KIND:BLOCK[:eagle]", help="a group (repeatable)")
-    kc.add_argument("--unit", type=int, metavar="U", help="prefix-match unit in tokens")
-    kc.add_argument("--dcp", type=int, metavar="D", help="decode context parallel size")
-    kc.add_argument("--retention", choices=["replay", "dense"], help="Mamba retention")
+    _add_geometry_args(kc)
     kc.add_argument("--json", action="store_true", help="print the report as JSON")
     vec = sub.add_parser("vectors", help="write the language-neutral test vectors (vectors/README.md)")
     vec.add_argument("--out", required=True, metavar="DIR", help="where to write them (replaced)")

@@ -9,10 +9,11 @@ the resulting E: the hit, the tail keys and the load plan, each key marked prese
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import attrs
 
 from kvspec.spec.errors import SpecError, require
 from kvspec.spec.geometry import Geometry
@@ -22,8 +23,6 @@ from kvspec.spec.types import Boundary, GroupId
 
 RULE_KEY = "key-grammar"
 GRAMMARS = ("kvspec", "vllm-0.33.0")
-_TAIL = (("tp_rank", r"tp_rank:(\d+)"), ("pcp_rank", r"pcp(\d+)"), ("dcp_rank", r"dcp(\d+)"),
-         ("pp_rank", r"pp_rank:(\d+)"), ("group", r"group:(\d+)"), ("hash_hex", r"([0-9a-f]{64})"))
 
 
 def parse_key_vllm(text: str) -> tuple[StoreKey, list[tuple[str, str]]]:
@@ -34,16 +33,12 @@ def parse_key_vllm(text: str) -> tuple[StoreKey, list[tuple[str, str]]]:
     """
     parts = text.split("@")
     require(len(parts) >= 7, RULE_KEY, f"expected at least 7 '@'-separated fields, got {len(parts)}")
-    fields: dict[str, Any] = {}
-    for (name, pattern), part in zip(_TAIL, parts[-6:]):
-        m = re.fullmatch(pattern, part)
-        require(m is not None, RULE_KEY, f"field {name}: expected {pattern}, got {part!r}")
-        assert m is not None
-        fields[name] = m.group(1) if name == "hash_hex" else int(m.group(1))
     head = parts[:-6]
     require(all(head) or len(head) == 1, RULE_KEY, "an empty cache prefix or model field")
+    # the six fixed fields are the same in both grammars: kvspec's parser checks them (a stand-in model)
+    fixed = parse_key("@".join(["m", *parts[-6:]]))
     splits = [("@".join(head[:k]), "@".join(head[k:])) for k in range(len(head))]
-    return StoreKey(model="@".join(head), **fields), splits
+    return attrs.evolve(fixed, model="@".join(head)), splits
 
 
 def parse_any(text: str, grammar: str) -> StoreKey:

@@ -22,10 +22,12 @@ ROW_H, LEFT, TOP, WIDTH = 18, 150, 40, 900
 def render_svg(scenario: Scenario, outcome: Outcome) -> str:
     """Return the SVG document of a scenario's block layout (see the module docstring)."""
     g = scenario.geometry
-    held = compute_stored_objects(scenario) - scenario.evicted
+    held: dict[tuple[int, int], set[int]] = {}  # (group, rank) -> blocks holding a stored object (t in the block)
+    for x_, t_, r_ in compute_stored_objects(scenario) - scenario.evicted:
+        held.setdefault((x_, r_), set()).add((t_ - 1) // compute_span(g, x_))
     planned: dict[tuple[int, int], LoadEntry] = {(int(e.group), e.block): e for e in outcome.load}
     tails = dict(outcome.tails)
-    extent = max(scenario.prompt, max((t for _, t, _ in held), default=0), 1)
+    extent = max(scenario.prompt, max((t for _, t, _ in compute_stored_objects(scenario)), default=0), 1)
     scale = WIDTH / extent
 
     def x(t: int) -> float:
@@ -50,7 +52,7 @@ def render_svg(scenario: Scenario, outcome: Outcome) -> str:
         for b in range(-(-extent // s)):
             lo, hi = b * s, min((b + 1) * s, extent)
             e = planned.get((gid, b))
-            stored_here = any(x_ == gid and lo < t <= (b + 1) * s and r_ == r for x_, t, r_ in held)
+            stored_here = b in held.get((gid, r), ())
             state = ("loaded" if e.present else "missing") if e is not None else ("stored" if stored_here else "absent")
             key = f" key t={e.key_boundary}" if e is not None else ""
             parts.append(f'<rect class="block {state}" data-group="{gid}" data-rank="{r}" data-block="{b}" '

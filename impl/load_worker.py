@@ -34,12 +34,13 @@ from .engine import Obj, RankEngine, RequestKV, registered
 from .lookup import HybridLookup
 from .mooncake_store import MooncakeKV
 from .worker import geometry_from_json, make_tokens
+from .worker import request_tokens as worker_request_tokens
 
 
 def request_tokens(cmd: dict[str, Any]) -> list[int]:
     """Return a request's tokens: `shared` tokens of its conversation's prefix, then its own tokens."""
-    base = make_tokens(cmd["prefix_seed"], cmd["shared"])
-    return base + make_tokens(cmd["seed"], cmd["prompt"] - cmd["shared"], 1000, 2000)
+    return worker_request_tokens(make_tokens(cmd["prefix_seed"], cmd["shared"]), cmd["seed"], cmd["prompt"],
+                                 cmd["shared"])
 
 
 class LoadRank:
