@@ -10,8 +10,9 @@ An adapter answers four questions about one geometry, in tokens, the way the eng
 
 Adapters that ship: ``kvspec.checks.adapters:IMPL`` (kvspec's own implementation, impl/, vLLM 0.33.0's
 store rule), ``IMPL_PR53324`` (the same with the PR's store rule) and ``LEGACY`` (the tail keyed at the
-hit, the loader before vLLM PR #53324, which fails with its counterexample). vLLM 0.33.0's own code is
-checked by `kvspec conform vllm` (checks/conform.py), which drives more of it than this protocol asks.
+hit, the loader before vLLM PR #53324, which fails with its counterexample), and
+``kvspec.checks.vllm_oracle:VLLM`` (vLLM 0.33.0's own connector code, in ``.venv-vllm``). `kvspec conform
+vllm` (checks/conform.py) drives more of vLLM than this protocol asks (refusals, every rank's key strings).
 The porting guide (checks/README.md) shows an adapter in about 50 lines.
 """
 

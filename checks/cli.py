@@ -57,6 +57,8 @@ def _parse_group(text: str) -> Group:
 
 
 def _geometry(args: argparse.Namespace) -> Geometry:
+    if getattr(args, "from_vllm", None):
+        return _geometry_from_vllm(args)
     interleave, pcp = args.interleave, args.pcp
     if args.preset:
         base = get_preset(args.preset)
@@ -72,6 +74,18 @@ def _geometry(args: argparse.Namespace) -> Geometry:
                     parallel=Parallel(dcp=args.dcp if args.dcp is not None else 1, interleave=interleave or 1,
                                       pcp=pcp or 1),
                     retention=args.retention or "replay")
+
+
+def _geometry_from_vllm(args: argparse.Namespace) -> Geometry:
+    """Return the geometry of --from-vllm FILE (groups from the file or --group KIND; no other geometry flag)."""
+    from .vllm_config import compute_geometry_from_vllm, parse_group_kind
+    clash = [f"--{n.replace('_', '-')}" for n in ("preset", "unit", "dcp", "retention", "interleave", "pcp")
+             if getattr(args, n) is not None]
+    if clash:
+        raise SpecError("cli-usage", f"--from-vllm gives the whole geometry; drop {', '.join(clash)} (or edit the file)")
+    mapped = compute_geometry_from_vllm(_read_json(args.from_vllm), tuple(parse_group_kind(g) for g in args.group))
+    args.vllm_provenance = mapped.provenance
+    return mapped.geometry
 
 
 def _ints(text: str, flag: str, shape: str, n: tuple[int, ...]) -> list[int]:
@@ -291,7 +305,7 @@ def _fails_check(result: dict[str, Any]) -> bool:
 
 
 _SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "interleave", "pcp", "stored_prompt", "stored",
-                   "evict", "prompt", "shared", "stored_json", "rules", "legacy_tail_key")
+                   "evict", "prompt", "shared", "stored_json", "rules", "legacy_tail_key", "from_vllm")
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -303,9 +317,16 @@ def _explain(args: argparse.Namespace) -> int:
     sc = _scenario(args)
     outcome = evaluate_scenario(sc)
     result = encode_outcome(sc, outcome)
+    provenance = getattr(args, "vllm_provenance", None)
+    if provenance is not None:
+        result["from_vllm"] = {"file": args.from_vllm, "mapping": [{"field": f, "from": src} for f, src in provenance]}
     if args.json:
         print(json.dumps(result, indent=2))
     else:
+        if provenance is not None:
+            from .vllm_config import format_provenance
+            print(f"geometry from the vLLM configuration {args.from_vllm}:")
+            print(format_provenance(provenance))
         print(format_table(sc, outcome))
         if args.ranks:
             print(format_ranks(sc, outcome))
@@ -393,6 +414,11 @@ def _add_geometry_args(parser: argparse.ArgumentParser) -> None:
     geo.add_argument("--interleave", type=int, metavar="I",
                      help="DCP KV interleave in tokens (runs of I tokens per rank; default 1)")
     geo.add_argument("--pcp", type=int, metavar="N", help="prefill context parallel size (default 1)")
+    geo.add_argument("--from-vllm", metavar="FILE",
+                     help="a vLLM 0.33.0 engine configuration as JSON (engine arguments, flat or in cache_config/"
+                          "parallel_config/speculative_config/kv_transfer_config sections) mapped to the geometry; "
+                          "the model's groups from its kv_cache_groups list or --group KIND[:BLOCK][:eagle]; refused "
+                          "as vLLM refuses it (checks/vllm_config.py)")
 
 
 EXPLAIN_EPILOG = """example (vLLM PR #53324's Kimi-K3 deployment, DCP 8):

@@ -29,6 +29,7 @@ that produce those states are not driven here.
 
 from __future__ import annotations
 
+import functools
 import threading
 import types
 from collections.abc import Iterable, Sequence
@@ -37,7 +38,7 @@ from typing import Any
 import attrs
 
 from kvspec.impl.mooncake_store import OBJECT_NOT_FOUND
-from kvspec.spec.geometry import Geometry
+from kvspec.spec.geometry import Geometry, compute_span
 from kvspec.spec.keys import compute_hash_chain
 from kvspec.spec.scenario import Scenario
 from kvspec.spec.store import Obj, compute_visible
@@ -276,12 +277,72 @@ def compute_answer(scenario: Scenario, v: types.SimpleNamespace | None = None) -
                       compute_hash_chain(lookup_tokens, scenario.geometry.unit))
 
 
+def request_tokens(length: int, seed: int = 7) -> list[int]:
+    """Return the lookup request's token ids: a fixed sequence per seed (every request shares a prefix of it)."""
+    return [(seed * 1_000_003 + 7919 * i) % 50_021 for i in range(length)]
+
+
 def scenario_tokens(scenario: Scenario, seed: int = 7) -> tuple[list[int], list[list[int]]]:
     """Return token ids of the lookup request and of each stored request (sharing exactly S tokens with it)."""
-    base = [(seed * 1_000_003 + 7919 * i) % 50_021 for i in range(scenario.prompt)]
+    base = request_tokens(scenario.prompt, seed)
     out = []
     for k, r in enumerate(scenario.stored):
         toks = base[: r.shared] + [50_021 + (k * 131 + i) % 9973 for i in range(r.prompt - r.shared)]
         out.append(toks)
     return base, out
 
+
+
+# ---------------------------------------------------------------- vLLM 0.33.0 as an engine adapter
+
+@functools.lru_cache(maxsize=64)
+def _engine(geometry: Geometry) -> Engine:
+    return Engine(geometry)
+
+
+def _chain(geometry: Geometry, length: int) -> list[bytes]:
+    """Return the hash chain of the lookup request's first `length` tokens (kvspec's request model)."""
+    return list(compute_hash_chain(request_tokens(length), geometry.unit))
+
+
+@attrs.frozen
+class VllmAdapter:
+    """vLLM 0.33.0's connector under the adapter protocol (checks/adapters.py), every answer from vLLM's code.
+
+    Objects become keys under the lookup request's chain (every object the lookup can name shares its
+    prefix); the lookup runs on rank 0's lookup server over a store holding every rank's shard of E; the
+    load plan is rank 0's receiving thread's gets. vLLM's gets name keys, not blocks: a full block's key
+    boundary B is block B/s − 1, and a group's tail key is its hit's last block, ⌈h/s⌉ − 1.
+    """
+
+    name: str = "vllm-0.33.0"
+
+    def store_objects(self, geometry: Geometry, prompt: int) -> Iterable[Obj]:
+        if prompt <= 0:
+            return []
+        eng = _engine(geometry)
+        return sorted(eng.store_objects(prompt, _chain(geometry, prompt)))
+
+    def _store(self, eng: Engine, chain: Sequence[bytes], present: frozenset[Obj]) -> FakeStore:
+        return FakeStore(eng.key(r, g, chain, t) for g, t in present for r in eng.ranks)
+
+    def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int) -> tuple[int, dict[int, int]]:
+        eng = _engine(geometry)
+        chain = _chain(geometry, prompt)
+        hit, tails = eng.lookup(prompt, chain, self._store(eng, chain, present))
+        return hit, {int(g): int(t) for g, t in tails}
+
+    def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int]) -> list[tuple[int, int, int]]:
+        eng = _engine(geometry)
+        chain = _chain(geometry, max([hit, *tails.values()]))
+        by_key = {eng.key(0, g, chain, (i + 1) * eng.unit): (g, (i + 1) * eng.unit)
+                  for g in range(len(geometry.groups)) for i in range(len(chain))}
+        out = []  # the gets do not depend on E (a missing key is a failed get): a store holding every key records them
+        for key in eng.load_keys(0, chain, hit, sorted(tails.items()), FakeStore(by_key)):
+            g, b = by_key[key]
+            s = compute_span(geometry, GroupId(g))
+            out.append((g, -(-hit // s) - 1 if b == tails.get(g) else b // s - 1, b))
+        return sorted(out)
+
+
+VLLM = VllmAdapter()

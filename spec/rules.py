@@ -108,7 +108,11 @@ def check_config(rules: RuleSet, geometry: Geometry) -> None:
     """Raise SpecError for a geometry the rule set's engine refuses (vLLM 0.33.0: one group needs u = its span)."""
     if rules.config != CONFIG_VLLM_0_33 or len(geometry.groups) != 1:
         return
-    span = compute_span(geometry, GroupId(0))
-    require(geometry.unit == span, RULE_VLLM_UNIT,
-            f"vLLM 0.33.0 refuses prefix_match_unit={geometry.unit} with a single KV cache group: hits land on "
+    check_single_group_unit(geometry.unit, compute_span(geometry, GroupId(0)))
+
+
+def check_single_group_unit(unit: int, span: int) -> None:
+    """Raise SpecError unless u = the span, what vLLM 0.33.0 asks of a model with a single KV-cache group."""
+    require(unit == span, RULE_VLLM_UNIT,
+            f"vLLM 0.33.0 refuses prefix_match_unit={unit} with a single KV cache group: hits land on "
             f"the block size ({span}); unset it or set it to {span} (resolve_kv_cache_block_sizes)")

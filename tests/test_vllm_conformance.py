@@ -115,3 +115,53 @@ def test_vllm_key_grammar_is_not_injective(v):
     m1 = v.data.KeyMetadata(model_name="mX", tp_rank=0, pcp_rank=0, dcp_rank=0, pp_rank=0)
     m2 = v.data.KeyMetadata(model_name="m", tp_rank=0, pcp_rank=0, dcp_rank=0, pp_rank=0, store_namespace="X")
     assert v.data.PoolKey(m1, h).to_string() == v.data.PoolKey(m2, h).to_string()
+
+
+def test_vllm_as_an_engine_adapter(v):
+    """vLLM 0.33.0 under the adapter protocol: conforms to its rule set on the vectors and a search, not to the PR's."""
+    from kvspec.checks.adapters import EngineAdapter, run_adapter_conformance
+    from kvspec.checks.vllm_oracle import VLLM
+    assert isinstance(VLLM, EngineAdapter)
+    rep = run_adapter_conformance(VLLM, "vllm-0.33.0", examples=200)
+    assert rep["ok"] and rep["vectors"] >= 150, rep
+    rep = run_adapter_conformance(VLLM, "pr53324", examples=50)
+    assert not rep["ok"] and rep["vector_disagreements"]
+
+
+def test_from_vllm_mapping_agrees_with_vllms_resolution(v):
+    """--from-vllm accepts a configuration iff vLLM's resolve_kv_cache_block_sizes does (but for kvspec's named
+    gap), with vLLM's scheduler block L and hash unit u."""
+    from types import SimpleNamespace
+
+    from kvspec.checks.vllm_config import compute_geometry_from_vllm
+    from kvspec.checks.vllm_oracle import Engine, Refused
+    from kvspec.spec.errors import SpecError
+    from kvspec.spec.geometry import compute_lcm_span
+    seen = {"agree": 0, "gap": 0, "refused": 0}
+    for kinds in (["attention"], ["attention", "mamba"], ["attention", "attention", "mamba"]):
+        for block, mamba, dcp, unit in ((b, m, d, u) for b in (4, 8, 16) for m in (4, 8, 24) for d in (1, 2, 4)
+                                        for u in (None, 2, 4, 8, 12, 16, 32)):
+            cfg = {"block_size": block, "mamba_block_size": mamba, "decode_context_parallel_size": dcp,
+                   "prefix_match_unit": unit, "kv_cache_groups": kinds}
+            groups = tuple(SimpleNamespace(kind=k, block_size=block if k == "attention" else mamba, eagle=False)
+                           for k in kinds)
+            raw = SimpleNamespace(unit=unit, groups=groups, parallel=SimpleNamespace(dcp=dcp, pcp=1),
+                                  retention="replay")
+            try:
+                eng = Engine(raw, v)
+            except Refused:
+                eng = None
+            try:
+                g = compute_geometry_from_vllm(cfg).geometry
+            except SpecError as exc:
+                if exc.rule == "unit-divides-block":  # kvspec's named gap: vLLM accepts, kvspec cannot model it
+                    assert eng is not None and "known gap" in str(exc), cfg
+                    seen["gap"] += 1
+                else:
+                    assert eng is None, (cfg, str(exc))
+                    seen["refused"] += 1
+                continue
+            assert eng is not None, cfg
+            assert (eng.lcm, eng.unit) == (compute_lcm_span(g), g.unit), cfg
+            seen["agree"] += 1
+    assert min(seen.values()) > 20, seen
