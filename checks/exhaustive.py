@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import attrs
+
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
 from kvspec.spec.rules import get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest
@@ -15,18 +17,19 @@ UNITS = (1, 2, 4)
 MAX_Q = 4  # block sizes up to 4u
 
 
-def iterate_geometries(dcps: tuple[int, ...] = DCPS) -> Iterator[Geometry]:
+def iterate_geometries(dcps: tuple[int, ...] = DCPS, units: tuple[int, ...] = UNITS,
+                       max_q: int = MAX_Q) -> Iterator[Geometry]:
     """Yield every geometry of the scope: attention + Mamba, plus an equal-spec draft or a second Mamba group."""
     for d in dcps:
-        for u in UNITS:
-            for qa in range(1, MAX_Q + 1):
-                for qm in range(1, MAX_Q + 1):
+        for u in units:
+            for qa in range(1, max_q + 1):
+                for qm in range(1, max_q + 1):
                     for eagle in (False, True):
                         for ret in ("replay", "dense"):
                             att = Group(kind="attention", block_size=qa * u, eagle=eagle)
                             mam = Group(kind="mamba", block_size=qm * u)
                             shapes = [(att, mam), (Group(kind="attention", block_size=qa * u), att, mam)]
-                            shapes.append((att, mam, Group(kind="mamba", block_size=(qm % MAX_Q + 1) * u)))
+                            shapes.append((att, mam, Group(kind="mamba", block_size=(qm % max_q + 1) * u)))
                             for gs in shapes:
                                 yield Geometry(unit=u, groups=gs, parallel=Parallel(dcp=d), retention=ret)
 
@@ -69,8 +72,43 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
 
 
 def iterate_all(limit_units: int = 3, evict: bool = True, stride: int = 1, offset: int = 0,
-                dcps: tuple[int, ...] = DCPS, rules: str = "pr53324") -> Iterator[Scenario]:
+                dcps: tuple[int, ...] = DCPS, rules: str = "pr53324", units: tuple[int, ...] = UNITS,
+                max_q: int = MAX_Q) -> Iterator[Scenario]:
     """Yield every scenario of the scope (geometries offset, offset+stride, ... for parallel workers)."""
-    for k, g in enumerate(iterate_geometries(dcps)):
+    for k, g in enumerate(iterate_geometries(dcps, units, max_q)):
         if k % stride == offset:
             yield from iterate_scenarios(g, limit_units, evict, rules)
+
+
+def _set(xs: tuple[int, ...]) -> str:
+    return "{" + ",".join(map(str, xs)) + "}"
+
+
+@attrs.frozen(kw_only=True)
+class Scope:
+    """A named bounded scope of scenarios: the geometries, prompts, prefixes and evictions a run visits."""
+
+    name: str
+    dcps: tuple[int, ...] = DCPS
+    units: tuple[int, ...] = UNITS
+    max_q: int = MAX_Q  # block sizes up to max_q·u
+    limit_units: int = 3  # prompts of up to this many units, besides those near every span multiple
+    evict: bool = True  # single-shard and all-rank evictions of every stored object
+    rules: str = "pr53324"
+
+    def describe(self) -> str:
+        """Return the scope in words (the verify table's statements quote it)."""
+        ev = "single-shard and all-rank evictions, " if self.evict else ""
+        return (f"D∈{_set(self.dcps)}, u∈{_set(self.units)}, b≤{self.max_q}u, attention + Mamba (+ an equal-spec draft "
+                f"group or a second Mamba size), EAGLE on/off, both retentions, prompts near every span boundary and "
+                f"up to {self.limit_units} units, every shared prefix, {ev}two stored requests; rules {self.rules}")
+
+    def iterate(self, stride: int = 1, offset: int = 0) -> Iterator[Scenario]:
+        """Yield the scope's scenarios (geometries offset, offset+stride, ...)."""
+        return iterate_all(self.limit_units, self.evict, stride, offset, self.dcps, self.rules, self.units, self.max_q)
+
+
+SCOPE_SMALL = Scope(name="small")  # EXHAUSTIVE: the registry under the PR's rules
+SCOPE_SMALL_VLLM = Scope(name="small-vllm", rules="vllm-0.33.0")  # the same under vLLM 0.33.0's rules
+SCOPE_FAILURE = Scope(name="failure", dcps=(1, 2, 4), units=(1, 2), max_q=3, evict=False)  # the failure closure
+SCOPE_MUTANTS = Scope(name="mutant-hunt", dcps=(2, 8, 4, 1))  # mutants: the DCP cases first, they catch soonest

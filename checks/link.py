@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import attrs
+
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.invariants import MISSING
 from kvspec.spec.ops import IntOps
@@ -58,3 +60,29 @@ def iterate_small_scope(dcps: tuple[int, ...] = (1, 2, 4, 8), units: tuple[int, 
                             for n in (v for v in lens if v >= 1):
                                 for sh in sorted({v for v in lens if v <= min(p, n)} | {min(p, n)}):
                                     yield Params(u=u, q=q, d=d, e=e, dense=dense, p=p, n=n, s_shared=sh)
+
+
+@attrs.frozen(kw_only=True)
+class LinkScope:
+    """A named scope of closed-form inputs for the link (optionally with an equal-spec draft group)."""
+
+    name: str
+    dcps: tuple[int, ...]
+    units: tuple[int, ...]
+    max_q: int
+    blocks: int  # prompts up to this many attention spans
+    draft: bool = False
+
+    def describe(self) -> str:
+        """Return the scope in words."""
+        return (f"D∈{{{','.join(map(str, self.dcps))}}}, u∈{{{','.join(map(str, self.units))}}}, b≤{self.max_q}u, "
+                f"P and N up to {self.blocks} attention span(s), every shared prefix, EAGLE on/off, both retentions"
+                + (", with an equal-spec draft group" if self.draft else ""))
+
+    def iterate(self) -> Iterator[Params]:
+        """Yield the scope's inputs."""
+        return iterate_small_scope(self.dcps, self.units, self.max_q, self.blocks)
+
+
+LINK_SCOPE = LinkScope(name="link", dcps=(1, 2, 4, 8), units=(1, 2), max_q=2, blocks=1)
+LINK_SCOPE_DRAFT = LinkScope(name="link-draft", dcps=(1, 4), units=(1, 2), max_q=2, blocks=1, draft=True)

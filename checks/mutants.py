@@ -95,9 +95,9 @@ def _mamba_margin_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookah
     return compute_lookup(g, present, n, finders=MAMBA_MARGIN_FINDERS, lookahead=lookahead)
 
 
-def _rank0_present(g: Geometry, rank_objects: Iterable[RankObj]) -> frozenset[Obj]:
+def _rank0_present(g: Geometry, objects: frozenset[Obj], evicted: Iterable[RankObj]) -> frozenset[Obj]:
     """#46855: the lookup checks only rank 0's keys."""
-    return frozenset((gid, t) for gid, t, r in rank_objects if r == 0)
+    return objects - {(gid, t) for gid, t, r in evicted if r == 0}
 
 
 def _no_rederive_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookahead: int = 0) -> LookupResult:

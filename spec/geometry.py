@@ -191,6 +191,7 @@ def is_eagle_spec(geometry: Geometry, group: GroupId) -> bool:
     return any(h.eagle for h in geometry.groups if (h.kind, h.block_size) == (g.kind, g.block_size))
 
 
+@functools.lru_cache(maxsize=4096)  # pure over a frozen value: memoized for exhaustive runs
 def compute_ranks(geometry: Geometry) -> tuple[Rank, ...]:
     """Return the DCP ranks that write and read keys: 0..D-1."""
     return tuple(Rank(r) for r in range(geometry.parallel.dcp))

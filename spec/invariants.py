@@ -21,8 +21,8 @@ import attrs
 
 from .geometry import compute_alignment, compute_span
 from .lookup import compute_tail_block
-from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_stored_objects
-from .store import Obj, compute_present
+from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_stored
+from .store import compute_present_after
 from .types import GroupId, Tokens
 
 MISSING = -1  # tail boundary of a group whose tail key could not be found
@@ -53,12 +53,12 @@ class Witness:
     groups: tuple[GroupView, ...]
 
 
-def compute_witness(scenario: Scenario, outcome: Outcome, truth: frozenset[Obj] | None = None) -> Witness:
-    """Return the int witness of an evaluated scenario, judged against the spec's own E (given, or recomputed)."""
+def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
+    """Return the int witness of an evaluated scenario, judged against the spec's own E."""
     g = scenario.geometry
     h = outcome.hit_length
-    if truth is None:  # a mutant's outcome.present is not trusted: E comes from the spec's own store rule
-        truth = compute_present(g, compute_stored_objects(scenario) - scenario.evicted)
+    # outcome.present is not trusted (a mutant may have computed it): E comes from the spec's own rules
+    truth = compute_present_after(g, compute_stored(scenario), scenario.evicted)
     tails = dict(outcome.tails)
     last_key = {e.group: e.key_boundary for e in outcome.load}  # plan order: last entry of g is its tail block
     views = []
@@ -287,12 +287,11 @@ def get_invariant(inv_id: str) -> Invariant:
     raise KeyError(inv_id)
 
 
-def compute_violations(scenario: Scenario, outcome: Outcome, truth: frozenset[Obj] | None = None
-                       ) -> tuple[str, ...]:
+def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
     """Return the ids of the scenario invariants (and structural rules) an evaluated scenario violates."""
     from .ops import IntOps
 
-    w = compute_witness(scenario, outcome, truth)
+    w = compute_witness(scenario, outcome)
     bad = [inv.id for inv in REGISTRY if inv.kind == "scenario" and not inv.predicate(IntOps, w)]
     bad.extend(compute_plan_violations(scenario, outcome))
     return tuple(bad)

@@ -5,6 +5,7 @@ E is the set of present (group, boundary) objects in the lookup request's own ha
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 
 import attrs
@@ -53,6 +54,7 @@ class LookupResult:
     steps: tuple[LookupStep, ...]
 
 
+@functools.lru_cache(maxsize=4096)  # pure over a frozen value: memoized for exhaustive runs
 def compute_spec_groups(geometry: Geometry) -> tuple[SpecGroup, ...]:
     """Return the merged spec groups, attention first, each kind in first-appearance order."""
     order: dict[tuple[str, int], list[GroupId]] = {}

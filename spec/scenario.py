@@ -37,7 +37,7 @@ from .limits import (
 from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
 from .plan import LoadEntry, plan_load
 from .rules import DEFAULT_RULES, RuleSet, check_config, get_rules
-from .store import Obj, RankObj, compute_present, compute_rank_objects, compute_rule_store, compute_visible
+from .store import Obj, RankObj, compute_present_after, compute_rank_objects, compute_rule_store, compute_visible
 from .types import Boundary, GroupId, Rank, Tokens
 
 RULE_SCENARIO = "scenario"
@@ -105,7 +105,7 @@ class Stages:
     """The spec's replaceable rules, the one extension point: every mutant (checks/mutants.py) is a variant."""
 
     store: Callable[[RuleSet, Geometry, Tokens], frozenset[Obj]] = compute_rule_store
-    present: Callable[[Geometry, frozenset[RankObj]], frozenset[Obj]] = compute_present
+    present: Callable[[Geometry, frozenset[Obj], frozenset[RankObj]], frozenset[Obj]] = compute_present_after
     lookup: Callable[..., LookupResult] = compute_lookup  # (geometry, E, N, lookahead=λ)
     tails: Callable[..., tuple[tuple[GroupId, Boundary], ...]] = compute_tail_boundaries
     plan: Callable[..., tuple[LoadEntry, ...]] = plan_load
@@ -132,21 +132,29 @@ class Outcome:
         return Tokens(self.lookup.hit_length if self.lookup else 0)
 
 
-def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[RankObj]:
-    """Return every rank shard the lookup request can name, before evictions."""
-    g, rules = scenario.geometry, get_rules(scenario.rules)
+def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[Obj]:
+    """Return every object the lookup request can name (each written by every rank), before evictions."""
     if scenario.objects is not None:
-        return compute_rank_objects(g, scenario.objects)
+        return scenario.objects
+    g, rules = scenario.geometry, get_rules(scenario.rules)
+    if len(scenario.stored) == 1:
+        r = scenario.stored[0]
+        return compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared))
     objs: set[Obj] = set()
     for r in scenario.stored:
         objs |= compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared))
-    return compute_rank_objects(g, objs)
+    return frozenset(objs)
+
+
+def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[RankObj]:
+    """Return every rank shard the lookup request can name, before evictions."""
+    return compute_rank_objects(scenario.geometry, compute_stored(scenario, stages))
 
 
 def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES) -> Outcome:
     """Return the outcome of a scenario; a violated rule during lookup is reported, not raised."""
     g, n, rules = scenario.geometry, Tokens(scenario.prompt), get_rules(scenario.rules)
-    present = stages.present(g, compute_stored_objects(scenario, stages) - scenario.evicted)
+    present = stages.present(g, compute_stored(scenario, stages), scenario.evicted)
     look = stages.lookup(g, present, n, lookahead=rules.lookahead)
     try:
         tails = stages.tails(g, present, n, look.hit_length, rules.tail_key, rules.lookahead)

@@ -98,6 +98,16 @@ def compute_visible(objects: Iterable[Obj], shared: Tokens) -> frozenset[Obj]:
     return frozenset((g, t) for g, t in objects if t <= shared)
 
 
+def compute_present_after(geometry: Geometry, objects: frozenset[Obj], evicted: Iterable[RankObj]) -> frozenset[Obj]:
+    """Return E when every rank wrote every object and the `evicted` shards are gone: objects less those with a lost shard.
+
+    Equal to compute_present over the rank shards (tests/test_spec_invariants.py checks it), without building them.
+    """
+    ranks = geometry.parallel.dcp
+    lost = {(g, t) for g, t, r in evicted if 0 <= r < ranks}
+    return objects - lost if lost else objects
+
+
 def compute_present(geometry: Geometry, rank_objects: Iterable[RankObj]) -> frozenset[Obj]:
     """Return E: the objects whose key exists on every rank."""
     ranks = set(compute_ranks(geometry))

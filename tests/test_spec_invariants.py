@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hypothesis import Phase, example, find, given, note, settings
+from hypothesis import strategies as st
 
 from kvspec.spec.invariants import REGISTRY, compute_violations
 from kvspec.spec.presets import get_preset
@@ -92,3 +93,15 @@ def test_store_boundaries_lie_in_their_blocks(sc):
             else:  # a checkpoint (multiple of b, <= P-1) or the sub-block tail
                 b = g.groups[gid].block_size
                 assert (t % b == 0 and t <= p - 1) or (t == tail and is_tail_stored(g, p))
+
+
+@given(st.integers(1, 4), st.sets(st.tuples(st.integers(0, 2), st.integers(1, 12)), max_size=10),
+       st.sets(st.tuples(st.integers(0, 2), st.integers(1, 12), st.integers(-1, 5)), max_size=8))
+def test_present_after_evictions_is_present_over_rank_shards(d, objects, evicted):
+    """E from the objects less those with an evicted shard (the fast form) equals E over the explicit rank shards."""
+    from kvspec.spec.geometry import make_geometry
+    from kvspec.spec.store import compute_present, compute_present_after, compute_rank_objects
+    g = make_geometry(1, [("attention", 4, False)], dcp=d)
+    objs = frozenset(objects)
+    assert compute_present_after(g, objs, frozenset(evicted)) == \
+        compute_present(g, compute_rank_objects(g, objs) - frozenset(evicted))

@@ -1,0 +1,349 @@
+"""The checks of `make verify`, as data: one value per table row.
+
+A check is a theorem (Z3), an exhaustive run of the registry over a named ``Scope``, a link run
+(closed form == executable spec), a failure-closure run, or a mutant hunt. Each has an id, a
+statement, an expected result, a budget (its expected seconds on an idle 2-core machine, which only
+orders the work: longest first), a ``fast`` flag (part of ``verify --fast``), and splits into parts
+that run on any core; ``render`` turns the parts' results into one typed ``Row``. Adding a check is
+adding one value to ``MANIFEST``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Protocol
+
+import attrs
+
+from .exhaustive import SCOPE_FAILURE, SCOPE_MUTANTS, SCOPE_SMALL, SCOPE_SMALL_VLLM, Scope
+from .link import LINK_SCOPE, LINK_SCOPE_DRAFT, LinkScope
+
+Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
+FAST_THEOREMS = ("I-1/2", "I-6", "LEMMA-MAMBA", "I-14", "I-18", "I-20", "LEGACY-D1-SAFE", "LEGACY-I-20")
+CHUNKS = 12  # an exhaustive scope is split into this many parts (geometries k, k + 12, ...)
+FAST_SAMPLE = 40  # --fast visits every 40th geometry of an exhaustive scope
+MAX_FAILURES = 3  # failures a row keeps
+
+
+@attrs.frozen(kw_only=True)
+class Row:
+    """One row of the verification table; `detail` holds what only its method has (see checks/README.md)."""
+
+    id: str
+    method: str  # z3 | exhaustive | hypothesis | mutant
+    statement: str
+    expected: str  # proved | refuted | none found | caught
+    result: str
+    ok: bool
+    seconds: float
+    detail: dict[str, Any] = attrs.field(factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the row as the JSON object `kvspec verify --json` prints (detail keys flattened in)."""
+        base = {"id": self.id, "method": self.method, "statement": self.statement, "expected": self.expected,
+                "result": self.result, "ok": self.ok, "seconds": round(self.seconds, 3)}
+        return {**base, **self.detail}
+
+
+class Check(Protocol):
+    """A row of `make verify`: split into parts, each run anywhere, rendered into one Row."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def budget_s(self) -> float: ...  # expected seconds of one part (orders the work, longest first)
+
+    @property
+    def fast(self) -> bool: ...  # part of `verify --fast`
+
+    def parts(self, fast: bool) -> tuple[Any, ...]: ...
+
+    def run(self, part: Any, fast: bool) -> Part: ...
+
+    def render(self, results: list[Part]) -> Row: ...
+
+
+@functools.lru_cache(maxsize=1)
+def _theorems() -> dict[str, Any]:
+    from .prove import compute_theorems
+    return {t.name: t for t in compute_theorems()}
+
+
+@attrs.frozen(kw_only=True)
+class TheoremCheck:
+    """A Z3 theorem of checks/prove.py, proved or refuted as expected; unknown is a failure."""
+
+    id: str
+
+    @property
+    def budget_s(self) -> float:
+        return float(_theorems()[self.id].budget_s)
+
+    @property
+    def fast(self) -> bool:
+        return self.id in FAST_THEOREMS
+
+    def parts(self, fast: bool) -> tuple[Any, ...]:
+        return (None,)
+
+    def run(self, part: Any, fast: bool) -> Part:
+        from .prove import format_explain_command, prove
+        th = _theorems()[self.id]
+        v = prove(th)
+        out: Part = {"answer": v.answer, "ok": v.ok, "seconds": v.seconds, "queries": v.queries,
+                     "rlimit_used": v.rlimit_used, "reason": v.reason, "model": v.model}
+        if v.model is not None and th.name.startswith("LEGACY"):
+            out["command"] = format_explain_command(v.model)
+        return out
+
+    def render(self, results: list[Part]) -> Row:
+        th, r = _theorems()[self.id], results[0]
+        detail: dict[str, Any] = {"rests_on": th.rests_on, "budget_s": th.budget_s, "precondition": th.precondition,
+                                  "queries": r["queries"], "rlimit": th.rlimit, "rlimit_used": r["rlimit_used"]}
+        if r["model"] is not None:
+            detail["counterexample"] = r["model"]
+        if "command" in r:
+            detail["command"] = r["command"]
+        if r["reason"]:
+            detail["reason"] = r["reason"]
+        if not r["ok"]:
+            detail["failures"] = [{"id": self.id, "result": r["answer"], "reason": r["reason"],
+                                   "counterexample": r["model"]}]
+        return Row(id=self.id, method="z3", statement=th.statement, expected=th.expected,
+                   result=r["answer"] + ("" if r["ok"] else " FAIL"), ok=r["ok"], seconds=r["seconds"], detail=detail)
+
+
+def _registry_ids() -> str:
+    from kvspec.spec.invariants import REGISTRY
+    return ", ".join([inv.id for inv in REGISTRY if inv.kind == "scenario"] + ["I-21"])
+
+
+@attrs.frozen(kw_only=True)
+class ExhaustiveCheck:
+    """The whole scenario registry and I-21 on every scenario of a scope (none may violate any)."""
+
+    id: str
+    scope: Scope
+    budget_s: float = 8.0  # per part
+    fast: bool = True  # --fast samples every FAST_SAMPLE-th geometry
+
+    def parts(self, fast: bool) -> tuple[Any, ...]:
+        return tuple(range(CHUNKS))
+
+    def run(self, part: Any, fast: bool) -> Part:
+        from kvspec.spec.invariants import compute_violations
+        from kvspec.spec.scenario import evaluate_scenario
+        t0, n, bad = time.perf_counter(), 0, []
+        for sc in self.scope.iterate(stride=CHUNKS * (FAST_SAMPLE if fast else 1), offset=part):
+            out = evaluate_scenario(sc)
+            v = compute_violations(sc, out)
+            n += 1
+            if v or out.error is not None:
+                bad.append({"violated": list(v), "scenario": repr(sc)})
+                if len(bad) >= MAX_FAILURES:
+                    break
+        return {"n": n, "bad": bad, "seconds": time.perf_counter() - t0}
+
+    def render(self, results: list[Part]) -> Row:
+        n, bad = sum(r["n"] for r in results), [b for r in results for b in r["bad"]]
+        return Row(id=self.id, method="exhaustive", statement=f"registry ({_registry_ids()}) on every scenario of the "
+                   f"scope '{self.scope.name}': {self.scope.describe()}", expected="none found",
+                   result=f"{n} scenarios, {len(bad)} violations", ok=not bad,
+                   seconds=sum(r["seconds"] for r in results),
+                   detail={"scenarios": n, "scope": self.scope.name, "rules": self.scope.rules,
+                           "failures": bad[:MAX_FAILURES]})
+
+
+@attrs.frozen(kw_only=True)
+class LinkCheck:
+    """The closed form the theorems are proved on equals the executable spec on every input of a scope."""
+
+    id: str
+    scope: LinkScope
+    budget_s: float = 8.0
+    fast: bool = True  # --fast takes every 7th input
+
+    def parts(self, fast: bool) -> tuple[Any, ...]:
+        return (None,)
+
+    def run(self, part: Any, fast: bool) -> Part:
+        from .link import compare
+        t0, n, bad = time.perf_counter(), 0, []
+        for k, x in enumerate(self.scope.iterate()):
+            if fast and k % 7:
+                continue
+            n += 1
+            r = compare(x, draft=self.scope.draft)
+            if r:
+                bad.append(r)
+                break
+        return {"n": n, "bad": bad, "seconds": time.perf_counter() - t0}
+
+    def render(self, results: list[Part]) -> Row:
+        r = results[0]
+        return Row(id=self.id, method="exhaustive", statement="closed form == executable fixed point (h, tail "
+                   f"boundaries) on every input of: {self.scope.describe()}", expected="none found",
+                   result=f"{r['n']} inputs, {len(r['bad'])} differences", ok=not r["bad"], seconds=r["seconds"],
+                   detail={"scenarios": r["n"], "failures": r["bad"]})
+
+
+@attrs.frozen(kw_only=True)
+class LinkHypothesisCheck:
+    """The link at large scale: u ≤ 256, b ≤ 16u, D ≤ 16, prompts up to 10^6 (within spec/limits.py)."""
+
+    id: str = "LINK-hypothesis"
+    examples: int = 400
+    budget_s: float = 2.0
+    fast: bool = True
+
+    def parts(self, fast: bool) -> tuple[Any, ...]:
+        return (None,)
+
+    def run(self, part: Any, fast: bool) -> Part:
+        from hypothesis import HealthCheck, given, settings
+        from hypothesis import strategies as st
+
+        from kvspec.spec.limits import compute_longest_prompt
+
+        from .closed_form import Params
+        from .link import compare
+        t0, seen = time.perf_counter(), {"n": 0}
+
+        @st.composite
+        def params(draw: Any) -> Params:
+            u, q, d = draw(st.integers(1, 256)), draw(st.integers(1, 16)), draw(st.sampled_from([1, 2, 4, 8, 16]))
+            # prompts within spec/limits.py for this geometry (attention, draft, Mamba groups; one stored request)
+            top = max(1, min(10**6, compute_longest_prompt(d, (q * u * d, q * u * d, q * u), 1, 0)))
+            p = draw(st.integers(0, top))
+            n = draw(st.one_of(st.just(max(p, 1)), st.integers(1, top)))
+            s = draw(st.one_of(st.just(min(p, n)), st.integers(0, min(p, n))))
+            return Params(u=u, q=q, d=d, e=draw(st.integers(0, 1)), dense=draw(st.integers(0, 1)), p=p, n=n,
+                          s_shared=s)
+
+        @settings(max_examples=self.examples // (7 if fast else 1), deadline=None, derandomize=True, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(params(), st.booleans())
+        def agree(x: Params, draft: bool) -> None:
+            seen["n"] += 1
+            r = compare(x, draft=draft)
+            assert r is None, r
+
+        bad = []
+        try:
+            agree()
+        except AssertionError as exc:
+            bad.append(str(exc).splitlines()[0])
+        return {"n": seen["n"], "bad": bad, "seconds": time.perf_counter() - t0}
+
+    def render(self, results: list[Part]) -> Row:
+        r = results[0]
+        return Row(id=self.id, method="hypothesis", statement="closed form == executable fixed point (h, tail "
+                   "boundaries), u ≤ 256, b ≤ 16u, D ≤ 16, P and N ≤ 10^6, with and without a draft group",
+                   expected="none found", result=f"{r['n']} inputs, {len(r['bad'])} differences", ok=not r["bad"],
+                   seconds=r["seconds"], detail={"scenarios": r["n"], "failures": r["bad"]})
+
+
+def _failure_patterns(n: int) -> list[tuple[bool, ...]]:
+    """Return the load results tried: all succeed, each single block fails, all fail."""
+    out = [tuple([True] * n)] + [tuple(j != k for j in range(n)) for k in range(n)]
+    return out + ([tuple([False] * n)] if n > 1 else [])
+
+
+def _run_failures(scope: Scope, stages: Any, fast: bool, stop_at_first: bool) -> Part:
+    from kvspec.spec.invariants import compute_failure_violations
+    from kvspec.spec.scenario import evaluate_scenario
+    t0, n, bad = time.perf_counter(), 0, []
+    for k, sc in enumerate(scope.iterate()):
+        if fast and k % 20:
+            continue
+        out = evaluate_scenario(sc)
+        if out.hit_length <= 0:
+            continue
+        for ok in _failure_patterns(len(out.load)):
+            n += 1
+            v = compute_failure_violations(sc, out, ok, stages)
+            if v:
+                bad.append({"violated": list(v), "scenario": repr(sc), "ok": list(ok)})
+                break
+        if bad and (stop_at_first or len(bad) >= MAX_FAILURES):
+            break
+    return {"n": n, "bad": bad, "seconds": time.perf_counter() - t0}
+
+
+@attrs.frozen(kw_only=True)
+class FailureCheck:
+    """The failure closure F-1..F-4, F-7 for every single-block failure and the total failure of every hit."""
+
+    id: str
+    scope: Scope
+    budget_s: float = 10.0
+    fast: bool = True
+
+    def parts(self, fast: bool) -> tuple[Any, ...]:
+        return (None,)
+
+    def run(self, part: Any, fast: bool) -> Part:
+        from kvspec.spec.scenario import SPEC_STAGES
+        return _run_failures(self.scope, SPEC_STAGES, fast, stop_at_first=False)
+
+    def render(self, results: list[Part]) -> Row:
+        r = results[0]
+        return Row(id=self.id, method="exhaustive", statement="failure closure F-1, F-2, F-3, F-4, F-7 for every "
+                   f"single-block failure and total failure, every scenario with a hit of: {self.scope.describe()}",
+                   expected="none found", result=f"{r['n']} load results, {len(r['bad'])} violations",
+                   ok=not r["bad"], seconds=r["seconds"],
+                   detail={"scenarios": r["n"], "scope": self.scope.name, "failures": r["bad"][:MAX_FAILURES]})
+
+
+@attrs.frozen(kw_only=True)
+class MutantCheck:
+    """A known bug (checks/mutants.py) must be caught: by the registry on a scope, or (closure) on failed loads."""
+
+    id: str
+    mutant: str
+    budget_s: float = 0.5
+    fast: bool = True
+
+    def _mutant(self) -> Any:
+        from .mutants import MUTANTS
+        return next(m for m in MUTANTS if m.name == self.mutant)
+
+    def parts(self, fast: bool) -> tuple[Any, ...]:
+        return (None,)
+
+    def run(self, part: Any, fast: bool) -> Part:
+        from .mutants import hunt
+        m, t0 = self._mutant(), time.perf_counter()
+        if m.closure:
+            r = _run_failures(SCOPE_FAILURE, m.stages, fast=False, stop_at_first=True)
+            caught = sorted({v for b in r["bad"] for v in b["violated"]})
+            return {"caught_by": caught, "tried": r["n"], "seconds": r["seconds"],
+                    "counterexample": r["bad"][0]["scenario"] if r["bad"] else None}
+        caught_by, sc, n = hunt(m, SCOPE_MUTANTS.iterate())
+        return {"caught_by": list(caught_by), "tried": n, "seconds": time.perf_counter() - t0,
+                "counterexample": repr(sc) if sc is not None else None}
+
+    def render(self, results: list[Part]) -> Row:
+        r, m = results[0], self._mutant()
+        ok = bool(r["caught_by"])
+        return Row(id=self.id, method="mutant", statement=m.bug, expected="caught",
+                   result=f"caught by {', '.join(r['caught_by'])}" if ok else "NOT CAUGHT", ok=ok,
+                   seconds=r["seconds"], detail={"tried": r["tried"], "counterexample": r["counterexample"]})
+
+
+@functools.lru_cache(maxsize=1)
+def compute_manifest() -> tuple[Check, ...]:
+    """Return every check of `make verify`, in table order."""
+    from .mutants import MUTANTS
+    out: list[Check] = [TheoremCheck(id=name) for name in _theorems()]
+    out += [ExhaustiveCheck(id="EXHAUSTIVE", scope=SCOPE_SMALL),
+            ExhaustiveCheck(id="EXHAUSTIVE/vllm-0.33.0", scope=SCOPE_SMALL_VLLM),
+            LinkCheck(id="LINK-exhaustive", scope=LINK_SCOPE), LinkHypothesisCheck(),
+            LinkCheck(id="LINK-exhaustive-draft", scope=LINK_SCOPE_DRAFT),
+            FailureCheck(id="FAIL-exhaustive", scope=SCOPE_FAILURE)]
+    out += [MutantCheck(id=f"MUT-{m.name}", mutant=m.name) for m in MUTANTS]
+    return tuple(out)
+
+
