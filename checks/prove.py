@@ -30,12 +30,26 @@ from .z3ops import Z3Ops
 
 
 @attrs.frozen(kw_only=True)
+class Query:
+    """What a theorem poses: is there a model of `pre` (and the definitions) where `claim` fails?
+
+    `variables` are the free names a counterexample reports; the definitions of the `opaque` names are
+    left out of every query (their facts must come from proved lemmas inside `pre`).
+    """
+
+    pre: Any
+    claim: Any
+    variables: dict[str, Any]
+    opaque: frozenset[str] = frozenset()
+
+
+@attrs.frozen(kw_only=True)
 class Theorem:
     """A named claim with its precondition, expected answer and budget."""
 
     name: str
     statement: str
-    build: Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]  # -> (pre, claim, variables)
+    build: Callable[[Z3Ops], Query]
     expected: str = "proved"  # or "refuted"
     budget_s: float = 20.0  # expected wall seconds on an idle 2-core machine (scheduling order, the table)
     rlimit: int = 200_000_000  # Z3 resource units per query (the first solver of the portfolio gets a quarter):
@@ -79,10 +93,10 @@ CONSTRUCTIONS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], dict[
 }
 
 
-def _arith(inv_id: str) -> Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]:
+def _arith(inv_id: str) -> Callable[[Z3Ops], Query]:
     inv = get_invariant(inv_id)
 
-    def build(ops: Z3Ops) -> tuple[Any, Any, dict[str, Any]]:
+    def build(ops: Z3Ops) -> Query:
         assert inv.pre is not None
         if inv_id in CONSTRUCTIONS:
             names, make, extra = CONSTRUCTIONS[inv_id]
@@ -91,9 +105,9 @@ def _arith(inv_id: str) -> Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]:
             pre = inv.pre(ops, **v)
             if extra is not None:
                 pre = ops.And(pre, extra(free))
-            return pre, inv.predicate(ops, **v), free
+            return Query(pre=pre, claim=inv.predicate(ops, **v), variables=free)
         v = _ints(ops, inv.variables)
-        return inv.pre(ops, **v), inv.predicate(ops, **v), v
+        return Query(pre=inv.pre(ops, **v), claim=inv.predicate(ops, **v), variables=v)
 
     return build
 
@@ -110,28 +124,29 @@ def _params(ops: Z3Ops, geom: tuple[int | None, int | None, int | None]) -> tupl
 
 
 def _scenario(inv_id: str, geom: tuple[int | None, int | None, int | None], legacy: bool = False,
-              draft: bool = False) -> Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]:
+              draft: bool = False) -> Callable[[Z3Ops], Query]:
     """Return the builder of a scenario theorem posed on the whole closed form (no cut)."""
     inv = get_invariant(inv_id)
 
-    def build(ops: Z3Ops) -> tuple[Any, Any, dict[str, Any]]:
+    def build(ops: Z3Ops) -> Query:
         x, v = _params(ops, geom)
-        return pre_params(ops, x), inv.predicate(ops, compute_closed_witness(ops, x, legacy=legacy, draft=draft)), v
+        return Query(pre=pre_params(ops, x),
+                     claim=inv.predicate(ops, compute_closed_witness(ops, x, legacy=legacy, draft=draft)), variables=v)
 
     return build
 
 
 # The steps of every symbolic scenario proof (see checks/closed_form.py): a step assumes the claims
 # of the steps before it (each proved as its own theorem) and leaves the definitions of the names
-# those claims describe out of its queries (Z3Ops.opaque), so each query sees one layer only.
+# those claims describe out of its queries (Query.opaque), so each query sees one layer only.
 STEPS = ("LEMMA-MAMBA", "LEMMA-HIT-SHAPE", "LEMMA-TAILS")
 
 
 def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, None, None), legacy: bool = False,
-           draft: bool = False) -> Callable[[Z3Ops], tuple[Any, Any, dict[str, Any]]]:
+           draft: bool = False) -> Callable[[Z3Ops], Query]:
     """Return the builder of one step of a symbolic scenario proof (a lemma of STEPS, or an invariant id)."""
 
-    def build(ops: Z3Ops) -> tuple[Any, Any, dict[str, Any]]:
+    def build(ops: Z3Ops) -> Query:
         x, v = _params(ops, geom)
         closed = compute_closed_form(ops, x)
         cf, att_has, mam_has = closed
@@ -143,11 +158,11 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
         # the hit and the tails
         opaque = (ys, hms, hit, hit | {str(cf.tail_attention), str(cf.tail_mamba)})
         k = STEPS.index(step) if step in STEPS else len(STEPS)
-        ops.opaque = opaque[k]
         if k < len(STEPS):
-            return ops.And(pre_params(ops, x), *claims[:k]), claims[k], v
+            return Query(pre=ops.And(pre_params(ops, x), *claims[:k]), claim=claims[k], variables=v, opaque=opaque[k])
         w = compute_closed_witness(ops, x, legacy=legacy, draft=draft, closed=closed)
-        return ops.And(pre_params(ops, x), *claims), get_invariant(step).predicate(ops, w), v
+        return Query(pre=ops.And(pre_params(ops, x), *claims), claim=get_invariant(step).predicate(ops, w), variables=v,
+                     opaque=opaque[k])
 
     return build
 
@@ -258,10 +273,10 @@ WALL_BACKSTOP_S = 900.0  # per theorem: only a guard against a hang; the budget 
 _rlimit_seen = [0]  # Z3's resource counter is cumulative per process; a query's use is the difference
 
 
-def _query(th: Theorem, k: int, pre: Any, goal: Any, ops: Z3Ops, guarded: bool, deadline: float) -> tuple[Any, Any, int]:
+def _query(th: Theorem, k: int, q: Query, goal: Any, ops: Z3Ops, guarded: bool, deadline: float) -> tuple[Any, Any, int]:
     """Return (answer, solver, resource units used) of: is there a model of pre and the definitions where goal fails?"""
-    z3 = ops.z3
-    plain, guards = ops.compute_cone(pre, goal)
+    z3, pre = ops.z3, q.pre
+    plain, guards = ops.compute_cone(pre, goal, opaque=q.opaque)
     defs = guards if guarded else plain
     solver = _solvers(z3)[k]
     solver.set("rlimit", th.rlimit // 4 if k == 0 else th.rlimit)  # the portfolio's first solver gets a quarter
@@ -287,7 +302,8 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
     deadline = t0 + (timeout_s if timeout_s is not None else WALL_BACKSTOP_S)
     ops = Z3Ops(div_vars=th.div_vars)
     z3 = ops.z3
-    pre, claim, variables = th.build(ops)
+    q = th.build(ops)
+    pre, claim, variables = q.pre, q.claim, q.variables
     if ops.bounded and ops.compute_free(pre) & {str(i) for i in ops.bounded}:
         raise ValueError(f"{th.name}: a bounded quantifier in a precondition is unsound")
     goals = [(g, False) for g in (compute_conjuncts(z3, claim) if th.split else [claim])]
@@ -296,7 +312,7 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
     reasons, queries, most = [], 0, 0
     for goal, guarded in goals:
         for k in range(2):
-            res, solver, used = _query(th, k, pre, goal, ops, guarded, deadline)
+            res, solver, used = _query(th, k, q, goal, ops, guarded, deadline)
             queries, most = queries + 1, max(most, used)
             if res == z3.unsat:
                 break

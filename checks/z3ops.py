@@ -26,8 +26,6 @@ class Z3Ops:
         self.bounded: list[Any] = []
         self._fresh = 0
         self._quotients: dict[tuple[int, int], tuple[Any, Any]] = {}
-        # names whose definitions a proof step leaves out (their facts come from proved lemmas)
-        self.opaque: frozenset[str] = frozenset()
 
     def _define(self, names: tuple[Any, ...], constraint: Any, guard: Any = None) -> None:
         guarded = constraint if guard is None else self.z3.Implies(guard, constraint)
@@ -47,12 +45,12 @@ class Z3Ops:
                 todo.extend(t.children())
         return out
 
-    def compute_cone(self, *roots: Any) -> tuple[list[Any], list[Any]]:
+    def compute_cone(self, *roots: Any, opaque: frozenset[str] = frozenset()) -> tuple[list[Any], list[Any]]:
         """Return the definitions the roots depend on, plain and guarded.
 
         Dropping the definitions of names the roots never reach is sound (a definitional
         extension).  Prove the side conditions with the guarded definitions, then the claim with
-        the plain ones.  The definitions of ``self.opaque`` names are left out too (dropping a
+        the plain ones.  The definitions of the ``opaque`` names are left out too (dropping a
         hypothesis is always sound): what the claim needs of them must come from proved lemmas
         among the roots.
         """
@@ -63,7 +61,7 @@ class Z3Ops:
         while changed:
             changed, rest = False, []
             for defined, c, guarded in pending:
-                if names.intersection(defined) and not self.opaque.intersection(defined):
+                if names.intersection(defined) and not opaque.intersection(defined):
                     picked.append((c, guarded))
                     names |= self.compute_free(c)
                     changed = True

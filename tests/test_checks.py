@@ -23,6 +23,7 @@ from kvspec.checks.link import compare  # noqa: E402
 from kvspec.checks.mutants import MUTANTS, hunt  # noqa: E402
 from kvspec.checks.prove import (  # noqa: E402
     STEPS,
+    Query,
     Theorem,
     _chain,
     _replay_scenario,
@@ -40,7 +41,7 @@ def _closed_claim(claim):
         z3 = ops.z3
         v = {n: z3.Int(n) for n in ("e", "dense", "p", "n", "s_shared")}
         x = Params(u=z3.IntVal(128), q=z3.IntVal(12), d=z3.IntVal(8), **v)
-        return pre_params(ops, x), claim(ops, compute_closed_witness(ops, x)), v
+        return Query(pre=pre_params(ops, x), claim=claim(ops, compute_closed_witness(ops, x)), variables=v)
     return build
 
 
@@ -56,7 +57,7 @@ def test_unknown_is_a_failure():
         z3 = ops.z3
         x, y, z, k = z3.Ints("x y z k")
         pre = z3.And(x >= 1, y >= 1, z >= 1, k >= 3, k <= 40)
-        return pre, z3.Not(x ** k + y ** k == z ** k), {"x": x, "y": y, "z": z}
+        return Query(pre=pre, claim=z3.Not(x ** k + y ** k == z ** k), variables={"x": x, "y": y, "z": z})
     v = prove(Theorem(name="FERMAT", statement="made to run out of resources", build=hard, rlimit=200_000))
     assert v.answer == "unknown" and v.ok is False and v.reason
 
@@ -89,7 +90,7 @@ def test_scenario_theorems_cover_every_geometry():
     ths = {t.name: t for t in compute_theorems()}
     for name in ("I-12", "I-SHARED", "I-14", "I-15", "I-18", "I-19", "I-20", "I-22", "I-20/draft"):
         ops = Z3Ops(div_vars=True)
-        _, _, variables = ths[name].build(ops)
+        variables = ths[name].build(ops).variables
         assert all(not ops.z3.is_int_value(variables[k]) for k in ("u", "q", "d")), name
         assert all(step in ths[name].rests_on for step in STEPS)
 
@@ -106,9 +107,8 @@ def test_lemma_chain_rejects_a_false_claim():
 def test_lemma_chain_hypotheses_are_satisfiable():
     """The lemmas assumed by the last step are consistent with the definitions (the chain is not vacuous)."""
     ops = Z3Ops(div_vars=True)
-    pre, _, _ = _chain("I-20", (8, 128, 12))(ops)
-    ops.opaque = frozenset()  # every definition, the hit's and the tails' included
-    plain, _ = ops.compute_cone(pre)
+    pre = _chain("I-20", (8, 128, 12))(ops).pre
+    plain, _ = ops.compute_cone(pre)  # no opaque names: every definition, the hit's and the tails' included
     s = ops.z3.Solver()
     s.add(pre, *plain, ops.z3.Int("n") == 15000, ops.z3.Int("p") == 15000, ops.z3.Int("s_shared") == 15000)
     assert s.check() == ops.z3.sat
@@ -168,7 +168,8 @@ def test_a_divisor_that_can_be_zero_is_refuted_with_quotient_variables():
     def build(ops: Z3Ops):
         z3 = ops.z3
         x, d = z3.Int("x"), z3.Int("d")
-        return z3.And(x >= 0, d >= 0), ops.floordiv(x, ops.floordiv(x, d) + 1) >= 0, {"x": x, "d": d}
+        return Query(pre=z3.And(x >= 0, d >= 0), claim=ops.floordiv(x, ops.floordiv(x, d) + 1) >= 0,
+                     variables={"x": x, "d": d})
     v = prove(Theorem(name="DIV-ZERO", statement="d may be 0", build=build, budget_s=5, div_vars=True, split=True,
                       product_lemmas=True))
     assert v.answer == "refuted" and v.model["d"] == 0
@@ -179,7 +180,7 @@ def test_spurious_models_are_not_counterexamples():
     def build(ops: Z3Ops):
         z3 = ops.z3
         x = z3.Int("x")
-        return x >= 0, x < 0, {"x": x}  # refuted for real at any x >= 0 ...
+        return Query(pre=x >= 0, claim=x < 0, variables={"x": x})  # refuted for real at any x >= 0 ...
     th = Theorem(name="SPURIOUS", statement="replay says the model is no counterexample", build=build, budget_s=5,
                  replay=lambda model: False)  # ... but the replay disagrees: fail closed
     v = prove(th)
