@@ -128,6 +128,41 @@ def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, 
     return tuple(out)
 
 
+def _double_drop_finder(g: Geometry, sg: SpecGroup, have: frozenset[Boundary], cur: Tokens, max_len: Tokens,
+                        drop: bool) -> tuple[Tokens, Tokens]:
+    """The EAGLE drop taken twice: safe (a shorter hit), but not the best hit E allows."""
+    search, hit = FINDERS["attention"](g, sg, have, cur, max_len, drop)
+    a = compute_alignment(g)
+    return search, Tokens(max(hit - a, 0) if drop else hit)
+
+
+def _double_drop_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookahead: int = 0) -> LookupResult:
+    return compute_lookup(g, present, n, finders={**FINDERS, "attention": _double_drop_finder}, lookahead=lookahead)
+
+
+def _largest_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = TAIL_STORED,
+                   lookahead: int = 0) -> Any:
+    """The tail key taken at the largest stored boundary of h's block: stored and in the block, but not the smallest."""
+    if h <= 0:
+        return ()
+    out = []
+    for gid in range(len(g.groups)):
+        if (GroupId(gid), Boundary(h)) in present:
+            out.append((GroupId(gid), Boundary(h)))
+            continue
+        s = compute_span(g, GroupId(gid))
+        top = min((compute_tail_block(s, h) + 1) * s, max(n - lookahead, 0) // g.unit * g.unit)
+        found = [t for x, t in present if x == gid and h < t <= top and t % g.unit == 0]
+        if not found:
+            raise SpecError("tail-key-missing", f"no stored tail key for group {gid} at hit length {h}")
+        out.append((GroupId(gid), Boundary(max(found))))
+    return tuple(out)
+
+
+def _safe_zero(g: Geometry, present: frozenset[Obj], h: Tokens, plan: Any, ok: Any) -> Tokens:
+    return h if all(ok) else Tokens(0)  # any failure discards the whole hit: safe, but not the largest
+
+
 @attrs.frozen(kw_only=True)
 class Mutant:
     """A known bug as a variant of the spec's stages; `closure` ones are hunted over partly failed loads."""
@@ -163,10 +198,16 @@ MUTANTS: tuple[Mutant, ...] = (
            stages=attrs.evolve(SPEC_STAGES, lookup=_no_rederive_lookup)),
     Mutant(name="tail-scan-backward", bug="the tail scan going backwards instead of forwards",
            stages=attrs.evolve(SPEC_STAGES, tails=_backward_tails)),
+    Mutant(name="eagle-drop-twice", bug="the EAGLE drop taken twice: a shorter hit than E allows (safe, not best)",
+           stages=attrs.evolve(SPEC_STAGES, lookup=_double_drop_lookup)),
+    Mutant(name="tail-scan-largest", bug="the tail key at the largest stored boundary of h's block (safe, not smallest)",
+           stages=attrs.evolve(SPEC_STAGES, tails=_largest_tails)),
     Mutant(name="closure-keeps-hit", bug="#53730/#48216: a failed block still counted (no closure)",
            stages=attrs.evolve(SPEC_STAGES, safe=_keeps_hit), closure=True),
     Mutant(name="closure-retry-same-hit", bug="#55297: the failing hit offered again (no retry cap)",
            stages=attrs.evolve(SPEC_STAGES, retry=_retry_same_hit), closure=True),
+    Mutant(name="closure-safe-zero", bug="any failed block discards the whole hit (safe, but not the largest boundary)",
+           stages=attrs.evolve(SPEC_STAGES, safe=_safe_zero), closure=True),
 )
 
 

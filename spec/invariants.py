@@ -8,6 +8,10 @@ Two kinds of predicate:
   bound, each group's span, tail block, tail boundary, tail load key and membership in E).
   On ints the witness comes from the executable spec (:func:`compute_witness`); for Z3 it is
   built from the closed form of the attention + Mamba lookup (``checks/closed_form.py``).
+* ``maximal`` — over the same witness: the best, not only the safe (h is the best hit E allows,
+  each tail boundary the smallest); checked exhaustively (``make verify``'s EXHAUSTIVE rows).
+* ``failure`` — over a :class:`FailureWitness` of a partly failed load (F-1..F-7, F-MAX);
+  checked exhaustively.
 
 Ids follow ``docs/domain.md`` section 6 (I-n) where one exists.
 """
@@ -20,7 +24,8 @@ from typing import Any
 import attrs
 
 from .geometry import compute_alignment, compute_span
-from .lookup import compute_tail_block
+from .lookup import compute_best_hit, compute_tail_block
+from .rules import get_rules
 from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_stored
 from .store import compute_present_after
 from .types import GroupId, Tokens
@@ -51,6 +56,7 @@ class Witness:
     bound: Any  # ⌊N/a⌋·a
     hit: Any  # h
     groups: tuple[GroupView, ...]
+    best: Any = None  # the best hit the rules allow given E (lookup.compute_best_hit; the maximal invariants only)
 
 
 def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
@@ -71,8 +77,9 @@ def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
                                has=mine.__contains__))
     shared = scenario.prompt if scenario.objects is not None else max((r.shared for r in scenario.stored), default=0)
     a = compute_alignment(g)
+    best = compute_best_hit(g, truth, Tokens(scenario.prompt), get_rules(scenario.rules).lookahead)
     return Witness(unit=g.unit, alignment=a, prompt=scenario.prompt, shared=shared,
-                   bound=scenario.prompt // a * a, hit=h, groups=tuple(views))
+                   bound=scenario.prompt // a * a, hit=h, groups=tuple(views), best=best)
 
 
 # ---------------------------------------------------------------- scenario predicates
@@ -228,13 +235,38 @@ def inv_retry_progress(ops: Any, w: FailureWitness) -> Any:
     return ops.Implies(ops.Not(w.all_ok), ops.And(w.retry_hit <= w.safe, ops.Or(w.safe == w.hit, w.retry_hit < w.hit)))
 
 
+# ---------------------------------------------------------------- maximality: the best, not only the safe
+
+def inv_hit_is_best(ops: Any, w: Witness) -> Any:
+    """Return whether h is the best hit the rules allow given E (MAX-HIT): no larger boundary could be served."""
+    return w.hit == w.best
+
+
+def inv_tail_is_smallest(ops: Any, w: Witness) -> Any:
+    """Return whether each B_g is the smallest stored unit boundary >= h: none in (h, B_g) (MAX-TAIL)."""
+    return ops.And(True, *(ops.Or(g.tail == MISSING, ops.all_below(
+        ops.floordiv(g.tail - w.hit, w.unit) - 1, lambda i, g=g: ops.Not(g.has(w.hit + (i + 1) * w.unit))))
+        for g in w.groups))
+
+
+def inv_safe_is_largest(ops: Any, w: FailureWitness) -> Any:
+    """Return whether no boundary in (safe, h] (multiple of a) has every attention prefix loaded and every Mamba
+    state usable: the safe boundary is the largest (F-MAX)."""
+    def usable(b: Any) -> Any:
+        mamba = ops.If(b == w.hit, w.mamba_loaded, w.mamba_has(b)) if w.has_mamba else True
+        return ops.And(mamba, *(b <= x for x in w.attention_loaded))
+
+    return ops.all_below(ops.floordiv(w.hit - w.safe, w.alignment),
+                         lambda i: ops.Not(usable(w.safe + (i + 1) * w.alignment)))
+
+
 @attrs.frozen(kw_only=True)
 class Invariant:
     """A registered invariant: stable id, claim, predicate and how it is checked."""
 
     id: str
     statement: str
-    kind: str  # "scenario" | "arith"
+    kind: str  # "scenario" | "arith" | "failure" | "maximal" (scenario witnesses, checked exhaustively)
     predicate: Callable[..., Any]
     pre: Callable[..., Any] | None = None
     variables: tuple[str, ...] = ()
@@ -266,6 +298,11 @@ REGISTRY: tuple[Invariant, ...] = (
               kind="scenario", predicate=inv_load_keys_stored),
     Invariant(id="I-22", statement="each tail load key covers [0, h) and lies in the block of token h-1",
               kind="scenario", predicate=inv_tail_key_in_tail_block),
+    Invariant(id="MAX-HIT", statement="h is the best hit given E: the largest multiple of a below N with every Mamba "
+              "state at h and every attention group able to serve h (h + min(a, s) for EAGLE); brute force",
+              kind="maximal", predicate=inv_hit_is_best),
+    Invariant(id="MAX-TAIL", statement="each B_g is the smallest stored unit boundary >= h (none in (h, B_g))",
+              kind="maximal", predicate=inv_tail_is_smallest),
     Invariant(id="F-1", statement="the safe boundary is a multiple of a within [0, h]", kind="failure",
               predicate=inv_safe_bounds),
     Invariant(id="F-2", statement="a load without failure keeps the whole hit", kind="failure",
@@ -276,6 +313,8 @@ REGISTRY: tuple[Invariant, ...] = (
               kind="failure", predicate=inv_safe_mamba_state),
     Invariant(id="F-7", statement="a failed load is retried at most at the safe boundary, never the same failing hit",
               kind="failure", predicate=inv_retry_progress),
+    Invariant(id="F-MAX", statement="the safe boundary is the largest: no b in (safe, h] has every group's needs met",
+              kind="failure", predicate=inv_safe_is_largest),
 )
 
 
@@ -292,7 +331,7 @@ def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
     from .ops import IntOps
 
     w = compute_witness(scenario, outcome)
-    bad = [inv.id for inv in REGISTRY if inv.kind == "scenario" and not inv.predicate(IntOps, w)]
+    bad = [inv.id for inv in REGISTRY if inv.kind in ("scenario", "maximal") and not inv.predicate(IntOps, w)]
     bad.extend(compute_plan_violations(scenario, outcome))
     return tuple(bad)
 

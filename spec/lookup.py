@@ -193,6 +193,52 @@ def compute_lookup(geometry: Geometry, present: frozenset[Obj], prompt: Tokens,
     return LookupResult(hit_length=hit2, bound=bound2, rederived=True, steps=steps + steps2)
 
 
+def is_attention_servable(geometry: Geometry, span: Tokens, have: frozenset[Boundary], h: Tokens, bound: Tokens) -> bool:
+    """Return whether an attention group can load [0, h): every full block below h stored and, unless h ends one, a
+    stored unit boundary in [h, min(the end of h's block, bound)] (fine mode)."""
+    if h <= 0:
+        return True
+    if any(k * span not in have for k in range(1, h // span + 1)):
+        return False
+    if h % span == 0:
+        return True
+    top = min(-(-h // span) * span, bound)
+    return is_fine(geometry) and any(h <= t <= top and t % geometry.unit == 0 for t in have)
+
+
+def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens) -> Tokens:
+    """Return the largest multiple h of a <= bound where every Mamba spec group holds a state at h, every attention
+    spec group can serve h and an EAGLE one can serve h + min(a, s) (the drop), searched from the top (0 if none)."""
+    a = compute_alignment(geometry)
+    groups = compute_spec_groups(geometry)
+    have = [compute_group_present(present, sg.members) for sg in groups]
+    for h in range(bound // a * a, 0, -a):
+        ok = True
+        for sg, hv in zip(groups, have):
+            if sg.kind == "mamba":
+                ok = h in hv
+            else:
+                span = compute_span(geometry, sg.members[0])
+                ok = is_attention_servable(geometry, span, hv, Tokens(h + (min(a, span) if sg.eagle else 0)), bound)
+            if not ok:
+                break
+        if ok:
+            return Tokens(h)
+    return Tokens(0)
+
+
+def compute_best_hit(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, lookahead: int = 0) -> Tokens:
+    """Return the best hit the rules allow given E: compute_best_at(⌊(N − λ)/a⌋·a), or at ⌊(N − 1)/a⌋·a when that is >= N.
+
+    A brute-force statement of "largest", independent of the fixed point (checked against it: MAX-HIT).
+    """
+    a = compute_alignment(geometry)
+    best = compute_best_at(geometry, present, Tokens(max(prompt - lookahead, 0) // a * a))
+    if best < prompt:
+        return best
+    return compute_best_at(geometry, present, Tokens(max(prompt - 1, 0) // a * a))
+
+
 def compute_tail_block(span: Tokens, hit: Tokens) -> int:
     """Return c = ⌈h/s⌉ - 1, the block holding token h-1."""
     return -(-hit // span) - 1
