@@ -138,6 +138,24 @@ def bench_transfer(dcp: int = 2, tokens: int = 16_384, repeats: int = 3, layout:
             "same_bytes": all(r["same_bytes"] for rows in iters for r in rows)}
 
 
+EFFICIENCY_GEOMETRIES = ("kimi-k3-dcp8", "small-dcp2")
+
+
+def _efficiency_geometry(name: str) -> Any:
+    from kvspec.spec.geometry import make_geometry
+    return get_preset(name) if name == "kimi-k3-dcp8" else make_geometry(4, [("attention", 16, True),
+                                                                             ("mamba", 16, False)], dcp=2)
+
+
+def compute_resend_series(name: str, retention: str, rules: str, step: int) -> list[tuple[int, int]]:
+    """Return (P, h) of identical resends over one sweep: P = L+1 … 2L−2 in steps of `step` (the hit against P)."""
+    from kvspec.spec.geometry import compute_lcm_span
+    g = attrs.evolve(_efficiency_geometry(name), retention=retention)
+    lcm = compute_lcm_span(g)
+    return [(p, int(evaluate_scenario(Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
+                                               rules=rules)).hit_length)) for p in range(lcm + 1, 2 * lcm - 1, step)]
+
+
 def bench_efficiency(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), step: int = 7) -> list[dict[str, Any]]:
     """Return, per geometry, retention and rule set, the identical-resend hit over a sweep of prompt lengths.
 
@@ -145,29 +163,100 @@ def bench_efficiency(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), st
     (u = 4, b = 16, D = 2) over one scheduler block in steps of 1. Reusable tokens of a resend are
     ⌊P/u⌋·u − u (the last unit is recomputed: the logits need the last token, EAGLE drops a unit).
     """
-
-    from kvspec.spec.geometry import compute_lcm_span, make_geometry
-    small = make_geometry(4, [("attention", 16, True), ("mamba", 16, False)], dcp=2)
     rows = []
-    for name, base, stride in (("kimi-k3-dcp8", get_preset("kimi-k3-dcp8"), step), ("small-dcp2", small, 1)):
-        lcm, u = compute_lcm_span(base), base.unit
+    for name in EFFICIENCY_GEOMETRIES:
+        g0 = _efficiency_geometry(name)
+        u = g0.unit
         for retention in ("replay", "dense"):
-            g = attrs.evolve(base, retention=retention)
             for rules in rule_sets:
-                n = zero = got = reusable = 0
-                for p in range(lcm + 1, 2 * lcm - 1, stride):
-                    h = evaluate_scenario(Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
-                                                   rules=rules)).hit_length
-                    n, zero, got, reusable = n + 1, zero + (h == 0), got + h, reusable + p // u * u - u
-                row = {"geometry": name, "retention": retention, "rules": rules, "prompts": n,
-                       "zero_hits": zero, "zero_hit_fraction": round(zero / n, 4),
+                series = compute_resend_series(name, retention, rules, step if name == "kimi-k3-dcp8" else 1)
+                got = sum(h for _, h in series)
+                reusable = sum(p // u * u - u for p, _ in series)
+                zero = sum(h == 0 for _, h in series)
+                row = {"geometry": name, "retention": retention, "rules": rules, "prompts": len(series),
+                       "zero_hits": zero, "zero_hit_fraction": round(zero / len(series), 4),
                        "reused_over_reusable": round(got / reusable, 4)}
                 if name == "kimi-k3-dcp8":
                     big = 10**6
+                    g = attrs.evolve(g0, retention=retention)
                     row["hit_at_1m"] = evaluate_scenario(Scenario(geometry=g, prompt=big, rules=rules,
                                                                   stored=(StoredRequest(prompt=big, shared=big),))).hit_length
                 rows.append(row)
     return rows
+
+
+def iterate_conversations(count: int, turns: int, seed: int, scale: int) -> list[list[int]]:
+    """Return each conversation's prompt lengths: turn k+1 resends turn k's prompt, its answer and a new message.
+
+    Message and answer lengths are drawn from a fixed seed (messages 1–8 scale units, answers 1–4), so the
+    trace is the same on every run.
+    """
+    import random
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        lengths, p = [], 0
+        for _ in range(turns):
+            p += rng.randint(scale, 8 * scale)  # the new user message
+            lengths.append(p)
+            p += rng.randint(scale // 4 or 1, scale)  # the model's answer (decoded: not stored)
+        out.append(lengths)
+    return out
+
+
+def bench_conversations(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), count: int = 12, turns: int = 8,
+                        seed: int = 2026) -> list[dict[str, Any]]:
+    """Return, per geometry, retention and rule set, the hits of a multi-turn trace.
+
+    Every turn's prompt was stored when it ran (its prefill); the next turn shares exactly that prompt with
+    it. Reusable tokens of a turn: its shared prefix in whole units, below N, less a unit with EAGLE (the
+    drafter's recompute); a turn's hit counts against that.
+    """
+    from kvspec.spec.geometry import compute_lcm_span, has_eagle
+    rows = []
+    for name in EFFICIENCY_GEOMETRIES:
+        for retention in ("replay", "dense"):
+            g = attrs.evolve(_efficiency_geometry(name), retention=retention)
+            u, scale = g.unit, compute_lcm_span(g) // 4
+            for rules in rule_sets:
+                n = zero = got = reusable = 0
+                for conv in iterate_conversations(count, turns, seed, scale):
+                    for prev, cur in zip(conv, conv[1:]):
+                        h = evaluate_scenario(Scenario(geometry=g, prompt=cur, rules=rules,
+                                                       stored=(StoredRequest(prompt=prev, shared=prev),))).hit_length
+                        best = max(min(prev // u * u, (cur - 1) // u * u) - (u if has_eagle(g) else 0), 0)
+                        n, zero, got, reusable = n + 1, zero + (h == 0), got + h, reusable + best
+                rows.append({"geometry": name, "retention": retention, "rules": rules, "turns": n,
+                             "zero_hits": zero, "zero_hit_fraction": round(zero / n, 4),
+                             "reused_over_reusable": round(got / reusable, 4)})
+    return rows
+
+
+def render_plot(path: str, rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), step: int = 7) -> None:
+    """Write a plot of the identical-resend hit against the prompt length, per rule set (one panel per geometry
+    and retention), with the reusable length ⌊P/u⌋·u − u for reference."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    for row, name in enumerate(EFFICIENCY_GEOMETRIES):
+        u = _efficiency_geometry(name).unit
+        for col, retention in enumerate(("replay", "dense")):
+            ax = axes[row][col]
+            series = {r: compute_resend_series(name, retention, r, step if name == "kimi-k3-dcp8" else 1)
+                      for r in rule_sets}
+            first = next(iter(series.values()))
+            ax.plot([p for p, _ in first], [p // u * u - u for p, _ in first], color="0.7", lw=1,
+                    label="reusable ⌊P/u⌋·u − u")
+            for r, pts in series.items():
+                ax.step([p for p, _ in pts], [h for _, h in pts], where="post", lw=1.2, label=r)
+            ax.set_title(f"{name}, {retention} retention: identical resend")
+            ax.set_xlabel("prompt length P (tokens)")
+            ax.set_ylabel("hit h (tokens)")
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def format_bench(out: dict[str, Any]) -> str:
@@ -180,6 +269,9 @@ def format_bench(out: dict[str, Any]) -> str:
         lines.append(f"efficiency {r['geometry']:<13} {r['retention']:<6} {r['rules']:<12}: reused/reusable "
                      f"{r['reused_over_reusable']:.1%}, zero hits {r['zero_hits']}/{r['prompts']}"
                      + (f", 1M resend hits {r['hit_at_1m']}" if "hit_at_1m" in r else ""))
+    for r in out.get("conversations", []):
+        lines.append(f"conversation {r['geometry']:<13} {r['retention']:<6} {r['rules']:<12}: reused/reusable "
+                     f"{r['reused_over_reusable']:.1%}, zero hits {r['zero_hits']}/{r['turns']} turns")
     for r in out.get("load", []):
         lines.append(f"load D={r['dcp']} {r['streams']} streams {r['seconds']} s (master restarted {r['restarts']}x): "
                      f"{r['requests_per_s']} requests/s; lookup p50/p99 {r['lookup_ms']['p50']}/{r['lookup_ms']['p99']} "
@@ -196,13 +288,27 @@ def format_bench(out: dict[str, Any]) -> str:
 
 
 def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool = False,
-              dcps: tuple[int, ...] | None = None, tokens: int | None = None) -> int:
+              dcps: tuple[int, ...] | None = None, tokens: int | None = None, efficiency_only: bool = False,
+              plot: str | None = None) -> int:
     """Run the benches, print the summary (or the JSON object); return 0."""
+    out: dict[str, Any] = {}
+    if not transfer_only:
+        out["efficiency"] = bench_efficiency(step=49 if quick else 7)
+        out["conversations"] = bench_conversations(count=4 if quick else 12)
+    if plot:
+        try:
+            render_plot(plot, step=49 if quick else 7)
+        except (OSError, ValueError) as exc:
+            from kvspec.spec.errors import SpecError
+            raise SpecError("output-file", f"cannot write the plot {plot}: {exc}") from None
+        out["plot"] = plot
+    if efficiency_only:
+        print(json.dumps(out, indent=2) if json_out else format_bench(out))
+        return 0
     import torch
-    out: dict[str, Any] = {"device": "cuda" if torch.cuda.is_available() else "cpu"}
+    out["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     if not transfer_only:
         out["lookup"] = bench_lookup((32_768, 131_072) if quick else (32_768, 131_072, 1_048_576))
-        out["efficiency"] = bench_efficiency(step=49 if quick else 7)
     if not transfer_only:
         from .load import run_load
         out["load"] = [run_load(dcp=d, streams=16, seconds=15 if quick else 30) for d in (2, 4)]

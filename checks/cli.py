@@ -517,6 +517,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dcp", type=int, action="append", choices=[1, 2, 4, 8], metavar="D",
                    help="DCP sizes of the transfer bench (repeatable; default 2 and 4, quick: 2)")
     b.add_argument("--tokens", type=int, metavar="N", help="tokens of the transfer bench's request (default 32768)")
+    b.add_argument("--efficiency-only", action="store_true",
+                   help="only the cache-efficiency tables (identical resends, multi-turn conversations; no store needed)")
+    b.add_argument("--plot", metavar="FILE", help="also draw the identical-resend hit against the prompt length per "
+                   "rule set (matplotlib; PNG, SVG or PDF by the file's extension)")
     return p
 
 
@@ -543,14 +547,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             from kvspec.checks.verify import run_verify
             return run_verify(json_out=args.json, fast=args.fast, junit=args.junit, progress=not args.quiet,
                               only=tuple(args.only or ()), list_only=args.list)
-        try:
-            import mooncake.store  # noqa: F401
-            import torch  # noqa: F401
-        except (ImportError, OSError) as exc:
-            _die("bench-deps", f"kvspec bench needs torch and the Mooncake wheel (make venv): {exc}")
+        if args.efficiency_only and args.transfer_only:
+            _die("cli-usage", "--efficiency-only and --transfer-only exclude each other")
+        if not args.efficiency_only:
+            try:
+                import mooncake.store  # noqa: F401
+                import torch  # noqa: F401
+            except (ImportError, OSError) as exc:
+                _die("bench-deps", f"kvspec bench needs torch and the Mooncake wheel (make venv): {exc}")
+        if args.plot:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError as exc:
+                _die("bench-deps", f"kvspec bench --plot needs matplotlib (make venv): {exc}")
         from kvspec.checks.bench import run_bench
         return run_bench(quick=args.quick, transfer_only=args.transfer_only, json_out=args.json,
-                         dcps=tuple(args.dcp) if args.dcp else None, tokens=args.tokens)
+                         dcps=tuple(args.dcp) if args.dcp else None, tokens=args.tokens,
+                         efficiency_only=args.efficiency_only, plot=args.plot)
     except SpecError as err:
         _die(err.rule, err.message)
     except BrokenPipeError:

@@ -333,6 +333,75 @@ class MutantCheck:
                    seconds=r["seconds"], detail={"tried": r["tried"], "counterexample": r["counterexample"]})
 
 
+@attrs.frozen(kw_only=True)
+class PropertyCheck:
+    """A cache-efficiency property (checks/efficiency.py) of one rule set over every `sample`-th geometry of a scope:
+    expected to hold, or to be refuted (a finding, printed as a runnable counterexample). A hit above the physical
+    best fails the row whatever is expected."""
+
+    prop: str
+    rules: str
+    expected: str  # "holds" | "refuted"
+    sample: int = 1
+    scope: Scope = SCOPE_SMALL
+    budget_s: float = 5.0
+    fast: bool = True
+
+    @property
+    def id(self) -> str:
+        return f"{self.prop}/{self.rules}"
+
+    def parts(self, fast: bool) -> tuple[Any, ...]:
+        return tuple(range(CHUNKS))
+
+    def run(self, part: Any, fast: bool) -> Part:
+        from .adapters import format_explain_command
+        from .efficiency import PROPERTIES
+        from .exhaustive import iterate_geometries
+        t0, n, fails, above, first = time.perf_counter(), 0, 0, 0, None
+        stride = self.sample * (FAST_SAMPLE if fast else 1)
+        for i, g in enumerate(iterate_geometries(self.scope.dcps, self.scope.units, self.scope.max_q)):
+            if i % stride or (i // stride) % CHUNKS != part:
+                continue
+            for holds, sc, what in PROPERTIES[self.prop][1](g, self.rules):
+                n += 1
+                above += what.endswith("ABOVE")
+                if not holds:
+                    fails += 1
+                    if first is None:
+                        first = {"command": format_explain_command(sc), "what": what}
+        return {"n": n, "bad": [first] if first else [], "fails": fails, "above": above,
+                "seconds": time.perf_counter() - t0}
+
+    def render(self, results: list[Part]) -> Row:
+        n, fails, above = (sum(r[k] for r in results) for k in ("n", "fails", "above"))
+        first = next((r["bad"][0] for r in results if r["bad"]), None)
+        holds = fails == 0
+        ok = holds == (self.expected == "holds") and above == 0
+        result = (f"holds on {n}" if holds else f"refuted: {fails} of {n}") + (f", {above} ABOVE the best" if above else "")
+        detail: dict[str, Any] = {"scenarios": n, "refutations": fails, "rules": self.rules, "above_best": above}
+        if first is not None:
+            detail["counterexample"] = first["what"]
+            detail["command"] = first["command"]
+        if not ok:
+            detail["failures"] = [first or {"what": f"expected {self.expected}, found it holds"}]
+        every = f"one geometry in {self.sample} of " if self.sample > 1 else ""
+        from .efficiency import PROPERTIES
+        return Row(id=self.id, method="exhaustive", statement=f"{PROPERTIES[self.prop][0]} [rules {self.rules}; "
+                   f"{every}the scope '{self.scope.name}']", expected=self.expected, result=result, ok=ok,
+                   seconds=sum(r["seconds"] for r in results), detail=detail)
+
+
+# What each rule set achieves (measured; a change in either direction fails the row and is worth a look).
+EFFICIENCY: tuple[tuple[str, str, str, int], ...] = (  # (property, rule set, expected, sample)
+    ("BEST", "pr53324", "refuted", 11), ("BEST", "vllm-0.33.0", "refuted", 11),
+    ("RESEND", "pr53324", "refuted", 4), ("RESEND", "vllm-0.33.0", "holds", 3),
+    ("MONO-PREFIX", "pr53324", "holds", 7), ("MONO-PREFIX", "vllm-0.33.0", "holds", 7),
+    ("MONO-EVICT", "pr53324", "refuted", 7), ("MONO-EVICT", "vllm-0.33.0", "holds", 7),
+    ("MONO-MORE", "pr53324", "refuted", 13), ("MONO-MORE", "vllm-0.33.0", "holds", 13),
+)
+
+
 @functools.lru_cache(maxsize=1)
 def compute_manifest() -> tuple[Check, ...]:
     """Return every check of `make verify`, in table order."""
@@ -343,6 +412,7 @@ def compute_manifest() -> tuple[Check, ...]:
             LinkCheck(id="LINK-exhaustive", scope=LINK_SCOPE), LinkHypothesisCheck(),
             LinkCheck(id="LINK-exhaustive-draft", scope=LINK_SCOPE_DRAFT),
             FailureCheck(id="FAIL-exhaustive", scope=SCOPE_FAILURE)]
+    out += [PropertyCheck(prop=p, rules=r, expected=e, sample=k) for p, r, e, k in EFFICIENCY]
     out += [MutantCheck(id=f"MUT-{m.name}", mutant=m.name) for m in MUTANTS]
     return tuple(out)
 

@@ -206,9 +206,11 @@ def is_attention_servable(geometry: Geometry, span: Tokens, have: frozenset[Boun
     return is_fine(geometry) and any(h <= t <= top and t % geometry.unit == 0 for t in have)
 
 
-def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens) -> Tokens:
+def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens, top: Tokens | None = None) -> Tokens:
     """Return the largest multiple h of a <= bound where every Mamba spec group holds a state at h, every attention
-    spec group can serve h and an EAGLE one can serve h + min(a, s) (the drop), searched from the top (0 if none)."""
+    spec group can serve h and an EAGLE one can serve h + min(a, s) (the drop), with tail keys up to `top` (default
+    the bound), searched from the top (0 if none)."""
+    top = bound if top is None else top
     a = compute_alignment(geometry)
     groups = compute_spec_groups(geometry)
     have = [compute_group_present(present, sg.members) for sg in groups]
@@ -219,7 +221,7 @@ def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens) 
                 ok = h in hv
             else:
                 span = compute_span(geometry, sg.members[0])
-                ok = is_attention_servable(geometry, span, hv, Tokens(h + (min(a, span) if sg.eagle else 0)), bound)
+                ok = is_attention_servable(geometry, span, hv, Tokens(h + (min(a, span) if sg.eagle else 0)), top)
             if not ok:
                 break
         if ok:
@@ -237,6 +239,23 @@ def compute_best_hit(geometry: Geometry, present: frozenset[Obj], prompt: Tokens
     if best < prompt:
         return best
     return compute_best_at(geometry, present, Tokens(max(prompt - 1, 0) // a * a))
+
+
+def compute_physical_best(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, lookahead: int = 0) -> Tokens:
+    """Return the best hit any lookup could load from E: the largest multiple h of a below N with every Mamba state at
+    h and every attention group able to serve h (h + min(a, s) with EAGLE) from tail keys up to ⌊(N − λ)/u⌋·u."""
+    a, u = compute_alignment(geometry), geometry.unit
+    return compute_best_at(geometry, present, Tokens(max(prompt - 1, 0) // a * a),
+                           Tokens(max(prompt - lookahead, 0) // u * u))
+
+
+def compute_resend_best(geometry: Geometry, prompt: Tokens) -> Tokens:
+    """Return the best hit of an identical resend of P tokens: ⌊(P − 1)/a⌋·a, and max(⌊P/a⌋·a − a, 0) with EAGLE (the
+    token after the drafter's last position must be verified by a hash)."""
+    a = compute_alignment(geometry)
+    if any(g.eagle for g in geometry.groups):
+        return Tokens(max(prompt // a * a - a, 0))
+    return Tokens(max(prompt - 1, 0) // a * a)
 
 
 def compute_tail_block(span: Tokens, hit: Tokens) -> int:

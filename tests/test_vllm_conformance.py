@@ -165,3 +165,16 @@ def test_from_vllm_mapping_agrees_with_vllms_resolution(v):
             assert (eng.lcm, eng.unit) == (compute_lcm_span(g), g.unit), cfg
             seen["agree"] += 1
     assert min(seen.values()) > 20, seen
+
+
+def test_vllm_leaves_a_loadable_hit_after_the_rederivation(v):
+    """The BEST/vllm-0.33.0 finding is vLLM's own behaviour: with attention key 5 lost, vLLM's lookup answers 0 although
+    [0, 5) is loadable (attention blocks 2, 4 and the block key 6 = N; both Mamba groups hold a state at 5)."""
+    from kvspec.checks.vllm_oracle import compute_answer
+    from kvspec.spec.geometry import make_geometry
+    g = make_geometry(1, [("attention", 2, False), ("mamba", 2, False), ("mamba", 3, False)], retention="dense")
+    sc = Scenario(geometry=g, prompt=6, stored=(StoredRequest(prompt=6, shared=6),), evicted=frozenset({(0, 5, 0)}),
+                  rules="vllm-0.33.0")
+    ans = compute_answer(sc, v)
+    assert ans.hit == 0 == evaluate_scenario(sc).hit_length
+    assert {(0, 2), (0, 4), (0, 6), (1, 5), (2, 5)} <= ans.stored

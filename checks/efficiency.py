@@ -1,0 +1,100 @@
+"""Cache-efficiency properties of a rule set, checked over a scope: the best hit, the resend closed form, monotonicity.
+
+Safety says a rule never loads a wrong key; these say how much of the cache it uses. Each property
+yields, per instance of the scope, whether it holds and the scenario that shows it; `make verify`
+rows state per rule set whether the property holds (or is refuted, with a runnable counterexample).
+
+* ``BEST`` — h equals the physical best (``spec/lookup.py: compute_physical_best``: the largest
+  multiple of a below N that E can serve, tail keys up to ⌊N/u⌋·u). h above it would be unsafe and
+  fails every row; h below it is cache left unused.
+* ``RESEND`` — an identical resend hits ``compute_resend_best`` (⌊(P−1)/a⌋·a; with EAGLE
+  max(⌊P/a⌋·a − a, 0)), every P up to 2L + 2u.
+* ``MONO-PREFIX`` — a longer shared prefix never lowers the hit.
+* ``MONO-EVICT`` — evicting one rank's shard of a stored object never raises the hit.
+* ``MONO-MORE`` — storing one more request never lowers the hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from kvspec.spec.geometry import Geometry, compute_lcm_span
+from kvspec.spec.lookup import compute_physical_best, compute_resend_best
+from kvspec.spec.rules import get_rules
+from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored, evaluate_scenario
+from kvspec.spec.store import compute_present_after, compute_rule_store, compute_visible
+from kvspec.spec.types import Rank, Tokens
+
+from .exhaustive import compute_lengths, iterate_scenarios
+
+Instance = tuple[bool, Scenario, str]  # (holds, the scenario that shows it, what was compared)
+
+
+def _hit(sc: Scenario) -> int:
+    return int(evaluate_scenario(sc).hit_length)
+
+
+def iterate_best(g: Geometry, rules: str) -> Iterator[Instance]:
+    """Yield, per scenario of the geometry's scope, whether h equals the physical best ("above" marks a safety bug)."""
+    for sc in iterate_scenarios(g, rules=rules):
+        h = _hit(sc)
+        e = compute_present_after(g, compute_stored(sc), sc.evicted)
+        best = int(compute_physical_best(g, e, Tokens(sc.prompt), get_rules(rules).lookahead))
+        yield h == best, sc, f"h {h} vs best {best}" + (" ABOVE" if h > best else "")
+
+
+def iterate_resend(g: Geometry, rules: str) -> Iterator[Instance]:
+    """Yield, per P up to 2L + 2u, whether an identical resend hits compute_resend_best."""
+    for p in range(1, 2 * compute_lcm_span(g) + 2 * g.unit + 1):
+        sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
+        h, best = _hit(sc), int(compute_resend_best(g, Tokens(p)))
+        yield h == best, sc, f"h {h} vs best {best}" + (" ABOVE" if h > best else "")
+
+
+def iterate_mono_prefix(g: Geometry, rules: str) -> Iterator[Instance]:
+    """Yield, per P and consecutive shared prefixes S < S', whether the hit at S' is at least the hit at S."""
+    lens = compute_lengths(g, 3)
+    for p in (x for x in lens if x >= 1):
+        prev = None
+        for s in sorted({t for t in lens if t <= p} | {p}):
+            sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=s),), rules=rules)
+            h = _hit(sc)
+            if prev is not None:
+                yield h >= prev[1], sc, f"S {prev[0]} -> {s}: h {prev[1]} -> {h}"
+            prev = (s, h)
+
+
+def iterate_mono_evict(g: Geometry, rules: str) -> Iterator[Instance]:
+    """Yield, per P and stored object, whether evicting its last rank's shard leaves the hit at most as it was."""
+    last = Rank(g.parallel.dcp - 1)
+    for p in (x for x in compute_lengths(g, 3) if x >= 1):
+        stored = (StoredRequest(prompt=p, shared=p),)
+        base = _hit(Scenario(geometry=g, prompt=p, stored=stored, rules=rules))
+        for gid, t in sorted(compute_visible(compute_rule_store(get_rules(rules), g, Tokens(p)), Tokens(p))):
+            sc = Scenario(geometry=g, prompt=p, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
+            h = _hit(sc)
+            yield h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}"
+
+
+def iterate_mono_more(g: Geometry, rules: str) -> Iterator[Instance]:
+    """Yield, per P and a second stored request Q (sharing all or half of min(P, Q)), whether the hit does not drop."""
+    lens = [x for x in compute_lengths(g, 3) if x >= 1]
+    for p in lens:
+        base = _hit(Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules))
+        for q in (x for x in lens if x != p):
+            for sq in sorted({min(q, p), min(q, p) // 2 // g.unit * g.unit}):
+                sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),
+                                                            StoredRequest(prompt=q, shared=sq)), rules=rules)
+                h = _hit(sc)
+                yield h >= base, sc, f"storing {q} tokens sharing {sq}: h {base} -> {h}"
+
+
+PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str], Iterator[Instance]]]] = {
+    "BEST": ("h equals the physical best E allows (largest multiple of a below N every group can serve, tail keys up "
+             "to ⌊N/u⌋·u); above it would be unsafe", iterate_best),
+    "RESEND": ("an identical resend hits ⌊(P−1)/a⌋·a, with EAGLE max(⌊P/a⌋·a − a, 0) (every P ≤ 2L + 2u)",
+               iterate_resend),
+    "MONO-PREFIX": ("a longer shared prefix never lowers the hit", iterate_mono_prefix),
+    "MONO-EVICT": ("evicting one rank's shard of a stored object never raises the hit", iterate_mono_evict),
+    "MONO-MORE": ("storing one more request never lowers the hit", iterate_mono_more),
+}

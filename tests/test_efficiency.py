@@ -1,0 +1,93 @@
+"""Cache efficiency per rule set: the physical best, the resend closed form, monotonicity, and the bench tables.
+
+The `make verify` rows (BEST/…, RESEND/…, MONO-…/…) sweep the scope; these pin the findings on their
+smallest examples, check the closed form at scale, and run `kvspec bench --efficiency-only --plot`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvspec.checks.cli import main
+from kvspec.spec.geometry import make_geometry
+from kvspec.spec.lookup import compute_physical_best, compute_resend_best
+from kvspec.spec.presets import get_preset
+from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored, evaluate_scenario
+from kvspec.spec.store import compute_present_after
+
+
+def hit(g, n, stored, evicted=frozenset(), rules="pr53324"):
+    return evaluate_scenario(Scenario(geometry=g, prompt=n, stored=stored, evicted=evicted, rules=rules)).hit_length
+
+
+def test_evicting_a_mamba_state_raises_the_pr53324_hit():
+    """PR #53324's rules: with the Mamba tail state at P = N stored, the hit is re-derived at N − 1 and the attention
+    scan, capped there, misses the tail key at N: h = 0. Evict that state and h = 3 (MONO-EVICT/pr53324)."""
+    g = make_geometry(1, [("attention", 2, False), ("mamba", 3, False)])
+    stored = (StoredRequest(prompt=4, shared=4),)
+    assert hit(g, 4, stored) == 0
+    assert hit(g, 4, stored, frozenset({(1, 4, 0)})) == 3
+
+
+def test_storing_one_more_request_lowers_the_pr53324_hit():
+    g = make_geometry(1, [("attention", 3, False), ("mamba", 2, False)])
+    one = (StoredRequest(prompt=6, shared=6),)
+    assert hit(g, 6, one) == 4
+    assert hit(g, 6, one + (StoredRequest(prompt=7, shared=6),)) == 0  # MONO-MORE/pr53324
+
+
+def test_vllm_leaves_a_loadable_hit_after_the_rederivation():
+    """vLLM 0.33.0's rules too (BEST/vllm-0.33.0): attention key 5 lost, h = 5 is loadable from the block key 6 (= N),
+    but the re-derivation at N − 1 caps the attention scan below it; h = 0 (vLLM's own code agrees:
+    tests/test_vllm_conformance.py)."""
+    g = make_geometry(1, [("attention", 2, False), ("mamba", 2, False), ("mamba", 3, False)], retention="dense")
+    sc = Scenario(geometry=g, prompt=6, stored=(StoredRequest(prompt=6, shared=6),), evicted=frozenset({(0, 5, 0)}),
+                  rules="vllm-0.33.0")
+    e = compute_present_after(g, compute_stored(sc), sc.evicted)
+    assert evaluate_scenario(sc).hit_length == 0 and compute_physical_best(g, e, 6) == 5
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 10**6), st.sampled_from(["replay", "dense"]), st.booleans())
+def test_vllm_resend_closed_form_at_scale(p, retention, eagle):
+    """RESEND/vllm-0.33.0 at Kimi-K3 scale: an identical resend hits ⌊(P−1)/a⌋·a, with EAGLE max(⌊P/a⌋·a − a, 0)."""
+    import attrs
+    g = get_preset("kimi-k3-dcp8")
+    g = attrs.evolve(g, retention=retention, groups=(attrs.evolve(g.groups[0], eagle=eagle), g.groups[1]))
+    sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules="vllm-0.33.0")
+    assert evaluate_scenario(sc).hit_length == compute_resend_best(g, p)
+
+
+def test_efficiency_rows_can_fail():
+    """A property row expected to hold fails when it is refuted, and one expected refuted fails when it holds."""
+    from kvspec.checks.manifest import PropertyCheck
+    wrong = PropertyCheck(prop="MONO-EVICT", rules="pr53324", expected="holds", sample=7)
+    rows = wrong.render([wrong.run(k, True) for k in wrong.parts(True)])
+    assert not rows.ok and rows.detail["command"].startswith("kvspec explain")
+    wrong = PropertyCheck(prop="RESEND", rules="vllm-0.33.0", expected="refuted", sample=3)
+    assert not wrong.render([wrong.run(k, True) for k in wrong.parts(True)]).ok
+
+
+def test_bench_efficiency_tables_and_plot(tmp_path, capsys):
+    png = tmp_path / "hit.png"
+    assert main(["bench", "--efficiency-only", "--quick", "--json", "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {(r["geometry"], r["retention"], r["rules"]): r for r in out["efficiency"]}
+    assert rows[("kimi-k3-dcp8", "replay", "vllm-0.33.0")]["reused_over_reusable"] == 1.0
+    assert rows[("kimi-k3-dcp8", "replay", "pr53324")]["zero_hits"] > 0  # the #56615 gaps
+    assert rows[("kimi-k3-dcp8", "replay", "pr53324")]["hit_at_1m"] == 0
+    conv = {(r["geometry"], r["retention"], r["rules"]): r for r in out["conversations"]}
+    assert conv[("small-dcp2", "replay", "vllm-0.33.0")]["reused_over_reusable"] == 1.0
+    assert conv[("small-dcp2", "replay", "pr53324")]["zero_hits"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    svg = tmp_path / "hit.svg"
+    assert main(["bench", "--efficiency-only", "--quick", "--plot", str(svg)]) == 0
+    text = svg.read_text()
+    assert "pr53324" in text and "vllm-0.33.0" in text and "identical resend" in text
+    import pytest
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--efficiency-only", "--quick", "--plot", str(tmp_path / "no" / "dir" / "x.png")])
+    assert exc.value.code == 2 and "output-file" in capsys.readouterr().err
