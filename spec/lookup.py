@@ -214,17 +214,16 @@ def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens, 
     a = compute_alignment(geometry)
     groups = compute_spec_groups(geometry)
     have = [compute_group_present(present, sg.members) for sg in groups]
-    for h in range(bound // a * a, 0, -a):
-        ok = True
-        for sg, hv in zip(groups, have):
-            if sg.kind == "mamba":
-                ok = h in hv
-            else:
-                span = compute_span(geometry, sg.members[0])
-                ok = is_attention_servable(geometry, span, hv, Tokens(h + (min(a, span) if sg.eagle else 0)), top)
-            if not ok:
-                break
-        if ok:
+    states = [hv for sg, hv in zip(groups, have) if sg.kind == "mamba"]
+    # candidates: every multiple of a, or (with Mamba groups) only the boundaries where each holds a state
+    cands: Iterable[int] = (range(bound // a * a, 0, -a) if not states else
+                            sorted((t for t in frozenset.intersection(*states) if 0 < t <= bound and t % a == 0),
+                                   reverse=True))
+    attention = [(compute_span(geometry, sg.members[0]), hv, sg.eagle) for sg, hv in zip(groups, have)
+                 if sg.kind == "attention"]
+    for h in cands:
+        if all(is_attention_servable(geometry, span, hv, Tokens(h + (min(a, span) if eagle else 0)), top)
+               for span, hv, eagle in attention):
             return Tokens(h)
     return Tokens(0)
 

@@ -82,3 +82,38 @@ def test_worked_example_kimi_dcp8(master, tmp_path):
     legacy = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),), rules="legacy")
     totals = run(master, [fixed, shipped, legacy], tmp_path, "kimi-d8")
     assert totals["bytes_wrong"] == 0 and totals["minus704"] == 8
+
+
+def mixed(dcp: int, retention: str) -> Geometry:
+    """Two attention spans (b = 16 with EAGLE, b = 8) and two Mamba block sizes (16, 24): the store rules and the
+    lookup must treat each group by its own span."""
+    return Geometry(unit=4, groups=(Group(kind="attention", block_size=16, eagle=True),
+                                    Group(kind="attention", block_size=8), Group(kind="mamba", block_size=16),
+                                    Group(kind="mamba", block_size=24)), parallel=Parallel(dcp=dcp), retention=retention)
+
+
+@pytest.mark.parametrize("retention", ["replay", "dense"])
+def test_differential_two_attention_spans_two_mamba_sizes(master, tmp_path, retention):
+    """Both rule sets on the mixed geometry: resends around every span multiple, shared prefixes, two stored requests
+    sharing a prefix (the second store must skip the keys the first wrote: no redundant put)."""
+    g = mixed(2, retention)
+    scs = []
+    for rules in ("pr53324", "vllm-0.33.0"):
+        for p in (49, 96, 97, 145, 192, 193):
+            scs.append(Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules))
+        scs.append(Scenario(geometry=g, prompt=150, stored=(StoredRequest(prompt=120, shared=100),
+                                                            StoredRequest(prompt=170, shared=150)), rules=rules))
+    assert sum(evaluate_scenario(sc).hit_length > 0 for sc in scs) >= 10
+    totals = run(master, scs, tmp_path, f"mixed-{retention}")
+    assert totals["bytes_compared"] > 0 and totals["bytes_wrong"] == 0
+
+
+def test_redundant_puts_are_counted(master, tmp_path):
+    """A store path that re-puts keys that exist (KVSPEC_FAULT_REPUT=1 skips the existence check) loads the right
+    bytes (write-once keeps the first value) but the harness counts the redundant puts and fails."""
+    g = scaled(2)
+    sc = Scenario(geometry=g, prompt=90, stored=(StoredRequest(prompt=90, shared=90), StoredRequest(prompt=100, shared=90)),
+                  rules="vllm-0.33.0")
+    with pytest.raises(AssertionError, match="redundant puts"):
+        run(master, [sc], tmp_path, "reput", env={"KVSPEC_FAULT_REPUT": "1"})
+    assert run(master, [sc], tmp_path, "no-reput")["bytes_wrong"] == 0

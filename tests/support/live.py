@@ -48,6 +48,13 @@ def build_job(master: str, scenarios: list[Scenario], tag: str,
     return {"master": master, "model": MODEL, "geometry": geometry_json(g), "scenarios": out, "width": 8}
 
 
+def count_redundant_puts(stores: list[dict[str, Any]]) -> int:
+    """Return how many puts of one rank and scenario wrote a key it had already put (write-once keeps the first
+    value and answers 0, so the store cannot tell; the store path must skip existing keys)."""
+    puts = [key for st in stores for key in st["put"]]
+    return len(puts) - len(set(puts))
+
+
 def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, int]:
     """Assert impl == spec on stored keys, hit, tails, load keys and bytes; return the byte counts."""
     g = scenarios[0].geometry
@@ -68,6 +75,8 @@ def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str
             predicted = set(js["predicted_keys"].get(str(r), []))
             put = {key for st in got["stores"] for key in st["put"]}
             assert put <= predicted, f"{where}: put keys outside the prediction: {sorted(put - predicted)[:3]}"
+            redundant = count_redundant_puts(got["stores"])
+            assert redundant == 0, f"{where}: {redundant} redundant puts (keys put again after they existed)"
             full = sum(st["store_full"] for st in got["stores"])
             assert not got["missing_predicted"] or full, f"{where}: predicted keys missing: {got['missing_predicted'][:3]}"
             assert not [f for st in got["stores"] for f in st["failed"]], f"{where}: store failures"
