@@ -51,20 +51,21 @@ class ImplAdapter:
     name: str = "kvspec-impl"
     legacy: bool = False  # key the tail block at the hit (the loader before #53324)
     store_rule: str = "vllm-0.33.0"
+    lookahead: int = 0  # hash lookahead λ (the vllm-0.33.0-lookahead rule set: 1)
 
     def _engine(self, geometry: Geometry) -> Any:
         import torch
 
         from kvspec.impl.engine import RankEngine
-        return RankEngine(geometry, 0, None, torch.device("cpu"), store_rule=self.store_rule)
+        return RankEngine(geometry, 0, None, torch.device("cpu"), store_rule=self.store_rule, lookahead=self.lookahead)
 
     def store_objects(self, geometry: Geometry, prompt: int) -> Iterable[Obj]:
         return self._engine(geometry).plan_objects(prompt) if prompt > 0 else []
 
     def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int) -> tuple[int, dict[int, int]]:
         from kvspec.impl.lookup import HybridLookup
-        hit, tails = HybridLookup(geometry, prompt).run(lambda objs: {o for o in objs if o in present},
-                                                        legacy=self.legacy)
+        hit, tails = HybridLookup(geometry, prompt, lookahead=self.lookahead).run(
+            lambda objs: {o for o in objs if o in present}, legacy=self.legacy)
         return hit, {int(g): int(t) for g, t in tails}
 
     def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int]) -> list[tuple[int, int, int]]:
@@ -73,6 +74,7 @@ class ImplAdapter:
 
 IMPL = ImplAdapter()
 IMPL_PR53324 = ImplAdapter(name="kvspec-impl-pr53324", store_rule="pr53324")
+IMPL_LOOKAHEAD = ImplAdapter(name="kvspec-impl-lookahead", store_rule="vllm-0.33.0", lookahead=1)
 LEGACY = ImplAdapter(name="legacy-loader", legacy=True, store_rule="pr53324")
 
 
@@ -97,12 +99,13 @@ FIELDS = ("stored", "hit", "tails", "load_keys")
 
 def compute_adapter_outcome(adapter: EngineAdapter, scenario: Any) -> dict[str, Any]:
     """Return what the adapter says for a scenario: E (from its own store rule), hit, tails, load keys."""
-    g = scenario.geometry
+    from kvspec.spec.rules import get_rules
+    g, lookahead = scenario.geometry, get_rules(scenario.rules).lookahead  # a key H_t names [0, t + λ)
     if scenario.objects is not None:
         stored = set(scenario.objects)
     else:
         stored = {(int(x), int(t)) for r in scenario.stored for x, t in adapter.store_objects(g, r.prompt)
-                  if t <= r.shared}
+                  if t + lookahead <= r.shared}
     present = frozenset(stored - {(int(x), int(t)) for x, t, _ in scenario.evicted})  # E: on every rank
     hit, tails = adapter.lookup(g, present, scenario.prompt)
     plan = adapter.load_plan(g, hit, tails) if hit > 0 else []

@@ -12,15 +12,18 @@ rows state per rule set whether the property holds (or is refuted, with a runnab
 * ``MONO-PREFIX`` — a longer shared prefix never lowers the hit.
 * ``MONO-EVICT`` — evicting one rank's shard of a stored object never raises the hit.
 * ``MONO-MORE`` — storing one more request never lowers the hit.
+* ``CONTENT`` — every loaded byte equals what the reader computes itself (``spec/content.py``): the
+  draft-KV hazard is a refutation under the legacy hashes, closed by hash lookahead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from kvspec.spec.content import compute_wrong_positions
 from kvspec.spec.geometry import Geometry, compute_lcm_span
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
-from kvspec.spec.rules import get_rules
+from kvspec.spec.rules import compute_rule_geometry, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored, evaluate_scenario
 from kvspec.spec.store import compute_present_after, compute_rule_store, compute_visible
 from kvspec.spec.types import Rank, Tokens
@@ -36,18 +39,20 @@ def _hit(sc: Scenario) -> int:
 
 def iterate_best(g: Geometry, rules: str) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether h equals the physical best ("above" marks a safety bug)."""
+    rs = get_rules(rules)
     for sc in iterate_scenarios(g, rules=rules):
         h = _hit(sc)
         e = compute_present_after(g, compute_stored(sc), sc.evicted)
-        best = int(compute_physical_best(g, e, Tokens(sc.prompt), get_rules(rules).lookahead))
+        best = int(compute_physical_best(compute_rule_geometry(rs, g), e, Tokens(sc.prompt), rs.lookahead))
         yield h == best, sc, f"h {h} vs best {best}" + (" ABOVE" if h > best else "")
 
 
 def iterate_resend(g: Geometry, rules: str) -> Iterator[Instance]:
     """Yield, per P up to 2L + 2u, whether an identical resend hits compute_resend_best."""
+    rs = get_rules(rules)
     for p in range(1, 2 * compute_lcm_span(g) + 2 * g.unit + 1):
         sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
-        h, best = _hit(sc), int(compute_resend_best(g, Tokens(p)))
+        h, best = _hit(sc), int(compute_resend_best(compute_rule_geometry(rs, g), Tokens(p), rs.lookahead))
         yield h == best, sc, f"h {h} vs best {best}" + (" ABOVE" if h > best else "")
 
 
@@ -70,7 +75,8 @@ def iterate_mono_evict(g: Geometry, rules: str) -> Iterator[Instance]:
     for p in (x for x in compute_lengths(g, 3) if x >= 1):
         stored = (StoredRequest(prompt=p, shared=p),)
         base = _hit(Scenario(geometry=g, prompt=p, stored=stored, rules=rules))
-        for gid, t in sorted(compute_visible(compute_rule_store(get_rules(rules), g, Tokens(p)), Tokens(p))):
+        rs = get_rules(rules)
+        for gid, t in sorted(compute_visible(compute_rule_store(rs, g, Tokens(p)), Tokens(p), rs.lookahead)):
             sc = Scenario(geometry=g, prompt=p, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
             h = _hit(sc)
             yield h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}"
@@ -89,6 +95,13 @@ def iterate_mono_more(g: Geometry, rules: str) -> Iterator[Instance]:
                 yield h >= base, sc, f"storing {q} tokens sharing {sq}: h {base} -> {h}"
 
 
+def iterate_content(g: Geometry, rules: str) -> Iterator[Instance]:
+    """Yield, per scenario of the geometry's scope, whether every loaded byte is what the reader computes itself."""
+    for sc in iterate_scenarios(g, rules=rules):
+        wrong = compute_wrong_positions(sc, evaluate_scenario(sc))
+        yield not wrong, sc, f"{len(wrong)} wrong positions (group, position): {list(wrong[:3])}"
+
+
 PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str], Iterator[Instance]]]] = {
     "BEST": ("h equals the physical best E allows (largest multiple of a below N every group can serve, tail keys up "
              "to ⌊N/u⌋·u); above it would be unsafe", iterate_best),
@@ -97,4 +110,6 @@ PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str], Iterator[Instance]]]]
     "MONO-PREFIX": ("a longer shared prefix never lowers the hit", iterate_mono_prefix),
     "MONO-EVICT": ("evicting one rank's shard of a stored object never raises the hit", iterate_mono_evict),
     "MONO-MORE": ("storing one more request never lowers the hit", iterate_mono_more),
+    "CONTENT": ("every loaded byte equals what the reader computes (attention at p on [0, p], draft at p on "
+                "[0, p + 1], Mamba after t on [0, t); spec/content.py)", iterate_content),
 }

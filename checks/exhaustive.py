@@ -56,7 +56,8 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
         # a longer lookup sharing the whole stored prompt (and one unit more than it could share)
         yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
         if evict and p >= 1:
-            objs = compute_visible(compute_rule_store(get_rules(rules), geometry, Tokens(p)), Tokens(p))
+            rs = get_rules(rules)
+            objs = compute_visible(compute_rule_store(rs, geometry, Tokens(p)), Tokens(p), rs.lookahead)
             last = Rank(geometry.parallel.dcp - 1)
             for g, t in sorted(objs):
                 yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),

@@ -399,6 +399,9 @@ EFFICIENCY: tuple[tuple[str, str, str, int], ...] = (  # (property, rule set, ex
     ("MONO-PREFIX", "pr53324", "holds", 7), ("MONO-PREFIX", "vllm-0.33.0", "holds", 7),
     ("MONO-EVICT", "pr53324", "refuted", 7), ("MONO-EVICT", "vllm-0.33.0", "holds", 7),
     ("MONO-MORE", "pr53324", "refuted", 13), ("MONO-MORE", "vllm-0.33.0", "holds", 13),
+    ("CONTENT", "pr53324", "refuted", 7), ("CONTENT", "vllm-0.33.0", "refuted", 7),
+    ("CONTENT", "vllm-0.33.0-lookahead", "holds", 7), ("BEST", "vllm-0.33.0-lookahead", "holds", 11),
+    ("RESEND", "vllm-0.33.0-lookahead", "holds", 3), ("MONO-EVICT", "vllm-0.33.0-lookahead", "holds", 7),
 )
 
 

@@ -110,11 +110,16 @@ class RankEngine:
 
     def __init__(self, geometry: Geometry, rank: int, store: MooncakeKV | None, device: torch.device,
                  width: int = 8, model: str = "kvspec-model", cache_prefix: str = "",
-                 all_reduce_min: Callable[[torch.Tensor], None] | None = None, store_rule: str = "pr53324") -> None:
+                 all_reduce_min: Callable[[torch.Tensor], None] | None = None, store_rule: str = "pr53324",
+                 lookahead: int = 0) -> None:
         if store_rule not in STORE_RULES:
             raise ValueError(f"unknown store rule {store_rule!r} (known: {', '.join(STORE_RULES)})")
         self.g = geometry
         self.store_rule = store_rule
+        # hash lookahead λ (keys name [0, t + λ); kvspec's proposal for the connector path): the store rule takes no
+        # EAGLE drop and stores only boundaries t with t + λ <= P; the synthetic draft KV is unchanged
+        self.lookahead = lookahead
+        self.drop = any(x.eagle for x in geometry.groups) and lookahead == 0
         self.rank = rank
         self.store = store
         self.device = device
@@ -148,14 +153,14 @@ class RankEngine:
     def tail_boundary(self, n_prompt: int) -> int:
         """Return the sub-block tail T of a prompt: its last unit boundary, one unit lower under EAGLE."""
         u = self.g.unit
-        return n_prompt // u * u - (u if any(x.eagle for x in self.g.groups) else 0)
+        return n_prompt // u * u - (u if self.drop else 0)
 
     def checkpoint(self, n_prompt: int) -> int:
         """Return vLLM 0.33.0's prompt checkpoint: the last a-boundary below the prompt, one a lower under EAGLE."""
         a = compute_alignment(self.g)
-        if any(x.eagle for x in self.g.groups):
+        if self.drop:
             return max(n_prompt // a * a - a, 0)
-        return max((n_prompt - 1) // a * a, 0)
+        return max((n_prompt - max(1, self.lookahead)) // a * a, 0)
 
     def sub_block_state(self, n_prompt: int) -> int:
         """Return the position of the one Mamba state this request keeps off the block grid (0: none)."""
@@ -182,8 +187,9 @@ class RankEngine:
 
     # ---------------------------------------------------------------- store
     def plan_objects(self, n_prompt: int) -> list[Obj]:
-        """Return the objects this request stores under the engine's store rule."""
-        return STORE_RULES[self.store_rule](self, n_prompt)
+        """Return the objects this request stores under the engine's store rule (only boundaries it can key)."""
+        named = max(n_prompt - self.lookahead, 0) // self.g.unit * self.g.unit
+        return [o for o in STORE_RULES[self.store_rule](self, n_prompt) if o[1] <= named]
 
     def _objects_vllm(self, n_prompt: int) -> list[Obj]:
         """Return the objects of one prompt as vLLM 0.33.0's connector stores them (this implementation's reading).
@@ -195,7 +201,7 @@ class RankEngine:
         """
         g, u = self.g, self.g.unit
         lcm, a = compute_lcm_span(g), compute_alignment(g)
-        eagle = any(x.eagle for x in g.groups)
+        eagle = self.drop
         c = self.checkpoint(n_prompt)
         partial = is_fine(g) and a < lcm
         objs: set[Obj] = set()
@@ -203,7 +209,8 @@ class RankEngine:
             s = self.spans[i]
             if gr.kind == "attention":
                 objs.update((i, k) for k in range(s, n_prompt // lcm * lcm + 1, s))
-                spec_eagle = any(x.eagle for x in g.groups if (x.kind, x.block_size) == ("attention", gr.block_size))
+                spec_eagle = self.drop and any(x.eagle for x in g.groups
+                                               if (x.kind, x.block_size) == ("attention", gr.block_size))
                 margin = (u if s > u else s) if spec_eagle else 0
                 end = c + margin
                 if partial and c > 0 and end <= n_prompt:
@@ -292,7 +299,7 @@ class RankEngine:
             self.all_reduce_min(bits)
             return {o for o, bit in zip(objs, bits.tolist()) if bit}
 
-        lk = HybridLookup(self.g, n_tokens, cap=cap)
+        lk = HybridLookup(self.g, n_tokens, cap=cap, lookahead=self.lookahead)
         try:
             hit, tails = lk.run(probe, legacy=legacy)
         except LookupError as exc:  # the loud form of a -704: report, load nothing

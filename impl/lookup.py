@@ -54,15 +54,19 @@ class Presence:
 class HybridLookup:
     """Lookup for one request: the hit length, each group's tail boundary, probe accounting."""
 
-    def __init__(self, geometry: Geometry, n_tokens: int, cap: int | None = None) -> None:
+    def __init__(self, geometry: Geometry, n_tokens: int, cap: int | None = None, lookahead: int = 0) -> None:
         self.g = geometry
         self.n = n_tokens
         self.u = geometry.unit
         self.fine = is_fine(geometry)
         self.a = compute_alignment(geometry)
         self.L = compute_lcm_span(geometry)
-        self.top = n_tokens // self.u * self.u  # last nameable boundary
-        self.bound = min(n_tokens, n_tokens if cap is None else cap) // self.a * self.a  # a retry caps the hit
+        # with hash lookahead λ a key H_t names [0, t + λ): the request names boundaries up to ⌊(N − λ)/u⌋·u, and no
+        # EAGLE drop is taken (the hash proves the token the drafter read)
+        self.lookahead = lookahead
+        named = max(n_tokens - lookahead, 0)
+        self.top = named // self.u * self.u  # last nameable boundary
+        self.bound = min(named, named if cap is None else cap) // self.a * self.a  # a retry caps the hit
         self.spans = [compute_span(geometry, i) for i in range(len(geometry.groups))]
         self.kinds = [gr.kind for gr in geometry.groups]
         # merged spec groups: same (kind, block size); attention first
@@ -168,7 +172,7 @@ class HybridLookup:
         return 0
 
     def _converge(self, cap0: int) -> int:
-        eagle = [any(self.g.groups[m].eagle for m in ms) for ms in self.spec]
+        eagle = [any(self.g.groups[m].eagle for m in ms) and self.lookahead == 0 for ms in self.spec]
         att = [self.kinds[ms[0]] == "attention" for ms in self.spec]
         if len(self.spec) == 1:
             ms = self.spec[0]

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from kvspec.spec.geometry import Geometry, Group, Parallel
-from kvspec.spec.keys import compute_hash_chain
+from kvspec.spec.keys import compute_hash_chain, compute_lookahead_chain
 
 from .device import needs_staging
 from .engine import RankEngine, RequestKV, registered
@@ -53,9 +53,11 @@ def main(argv: list[str]) -> int:
     results = []
     try:
         for sc in job["scenarios"]:
+            lookahead = sc.get("lookahead", 0)  # hash lookahead λ: keys name [0, t + λ)
             eng = RankEngine(geometry, rank, store, device, width=job.get("width", 8), model=job["model"],
                              cache_prefix=sc["prefix"], all_reduce_min=all_reduce_min,
-                             store_rule="vllm-0.33.0" if sc["rules"] == "vllm-0.33.0" else "pr53324")
+                             store_rule="vllm-0.33.0" if sc["rules"].startswith("vllm-0.33.0") else "pr53324",
+                             lookahead=lookahead)
             u = geometry.unit
             base = make_tokens(sc["seed"], sc["prompt"])
             res: dict[str, Any] = {"stores": []}
@@ -64,7 +66,7 @@ def main(argv: list[str]) -> int:
                 toks = request_tokens(base, sc["seed"] * 1000 + k + 1, r["prompt"], r["shared"])
                 with registered(store, RequestKV(geometry, len(toks), eng.width, device)) as kv:
                     eng.prefill(toks, kv)
-                    res["stores"].append(eng.store_request(toks, compute_hash_chain(toks, u), kv))
+                    res["stores"].append(eng.store_request(toks, compute_lookahead_chain(toks, u, lookahead), kv))
             predicted = sc.get("predicted_keys", {}).get(str(rank), [])
             ex = store.exist(predicted)
             res["missing_predicted"] = [k for k, e in zip(predicted, ex) if e != 1]
@@ -73,7 +75,7 @@ def main(argv: list[str]) -> int:
             if sc.get("crash_after_store") == rank:  # fault injection: this rank process dies (SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
             rp.barrier()
-            chain = compute_hash_chain(base, u)
+            chain = compute_lookahead_chain(base, u, lookahead)
             look = eng.lookup(chain, sc["prompt"], legacy=sc["rules"] == "legacy")
             res.update(hit=look["hit"], tails=look["tails"], rounds=look["rounds"], probes=look["probes"],
                        lookup_error=look["error"])

@@ -25,7 +25,7 @@ import attrs
 
 from .geometry import compute_alignment, compute_span
 from .lookup import compute_best_hit, compute_tail_block
-from .rules import get_rules
+from .rules import compute_rule_geometry, get_rules
 from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_stored
 from .store import compute_present_after
 from .types import GroupId, Tokens
@@ -77,7 +77,8 @@ def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
                                has=mine.__contains__))
     shared = scenario.prompt if scenario.objects is not None else max((r.shared for r in scenario.stored), default=0)
     a = compute_alignment(g)
-    best = compute_best_hit(g, truth, Tokens(scenario.prompt), get_rules(scenario.rules).lookahead)
+    rules = get_rules(scenario.rules)
+    best = compute_best_hit(compute_rule_geometry(rules, g), truth, Tokens(scenario.prompt), rules.lookahead)
     return Witness(unit=g.unit, alignment=a, prompt=scenario.prompt, shared=shared,
                    bound=scenario.prompt // a * a, hit=h, groups=tuple(views), best=best)
 

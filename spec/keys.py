@@ -53,6 +53,18 @@ def compute_hash_chain(tokens: Sequence[int], unit: int, seed: int = 0,
     return tuple(out)
 
 
+def compute_lookahead_chain(tokens: Sequence[int], unit: int, lookahead: int, seed: int = 0,
+                            extra_keys: Sequence[str] = ()) -> tuple[bytes, ...]:
+    """Return (H'_u, H'_2u, ...): H'_t = the unit hash of H_t over the λ tokens after t (it names [0, t + λ)), for every
+    t with t + λ <= len(tokens); λ = 0 gives compute_hash_chain."""
+    chain = compute_hash_chain(tokens, unit, seed, extra_keys)
+    if lookahead == 0:
+        return chain
+    # the "lookahead" extra key separates H'_t from a legacy hash H_{t+λ} when λ = u (same parent, same tokens)
+    return tuple(compute_unit_hash(h, tokens[(k + 1) * unit:(k + 1) * unit + lookahead], ("lookahead",))
+                 for k, h in enumerate(chain) if (k + 1) * unit + lookahead <= len(tokens))
+
+
 def compute_hash_at(chain: Sequence[bytes], unit: int, boundary: Boundary) -> bytes:
     """Return H_t = chain[t/u - 1], defined for t a positive multiple of u within the chain."""
     require(boundary > 0 and boundary % unit == 0 and boundary // unit <= len(chain), "hash-index",

@@ -248,13 +248,13 @@ def compute_physical_best(geometry: Geometry, present: frozenset[Obj], prompt: T
                            Tokens(max(prompt - lookahead, 0) // u * u))
 
 
-def compute_resend_best(geometry: Geometry, prompt: Tokens) -> Tokens:
-    """Return the best hit of an identical resend of P tokens: ⌊(P − 1)/a⌋·a, and max(⌊P/a⌋·a − a, 0) with EAGLE (the
-    token after the drafter's last position must be verified by a hash)."""
+def compute_resend_best(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> Tokens:
+    """Return the best hit of an identical resend of P tokens: ⌊(P − max(1, λ))/a⌋·a, and max(⌊P/a⌋·a − a, 0) with the
+    EAGLE drop (λ = 0: the token after the drafter's last position must be verified by a hash)."""
     a = compute_alignment(geometry)
-    if any(g.eagle for g in geometry.groups):
+    if lookahead == 0 and any(g.eagle for g in geometry.groups):
         return Tokens(max(prompt // a * a - a, 0))
-    return Tokens(max(prompt - 1, 0) // a * a)
+    return Tokens(max(prompt - max(1, lookahead), 0) // a * a)
 
 
 def compute_tail_block(span: Tokens, hit: Tokens) -> int:

@@ -36,7 +36,7 @@ from .limits import (
 )
 from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
 from .plan import LoadEntry, plan_load
-from .rules import DEFAULT_RULES, RuleSet, check_config, get_rules
+from .rules import DEFAULT_RULES, RuleSet, check_config, compute_rule_geometry, get_rules
 from .store import Obj, RankObj, compute_present_after, compute_rank_objects, compute_rule_store, compute_visible
 from .types import Boundary, GroupId, Rank, Tokens
 
@@ -139,10 +139,10 @@ def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozense
     g, rules = scenario.geometry, get_rules(scenario.rules)
     if len(scenario.stored) == 1:
         r = scenario.stored[0]
-        return compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared))
+        return compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared), rules.lookahead)
     objs: set[Obj] = set()
     for r in scenario.stored:
-        objs |= compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared))
+        objs |= compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared), rules.lookahead)
     return frozenset(objs)
 
 
@@ -153,7 +153,8 @@ def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> 
 
 def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES) -> Outcome:
     """Return the outcome of a scenario; a violated rule during lookup is reported, not raised."""
-    g, n, rules = scenario.geometry, Tokens(scenario.prompt), get_rules(scenario.rules)
+    rules = get_rules(scenario.rules)
+    g, n = compute_rule_geometry(rules, scenario.geometry), Tokens(scenario.prompt)
     present = stages.present(g, compute_stored(scenario, stages), scenario.evicted)
     look = stages.lookup(g, present, n, lookahead=rules.lookahead)
     try:

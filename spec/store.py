@@ -21,7 +21,7 @@ from .geometry import (
     is_eagle_spec,
     is_fine,
 )
-from .rules import STORE_VLLM_0_33, RuleSet
+from .rules import STORE_VLLM_0_33, RuleSet, compute_rule_geometry
 from .types import Boundary, GroupId, Rank, Tokens
 
 Obj = tuple[GroupId, Boundary]  # a (group, boundary) object, all ranks
@@ -93,9 +93,9 @@ def compute_rank_objects(geometry: Geometry, objects: Iterable[Obj]) -> frozense
     return frozenset((g, t, r) for g, t in objects for r in compute_ranks(geometry))
 
 
-def compute_visible(objects: Iterable[Obj], shared: Tokens) -> frozenset[Obj]:
-    """Return the objects a lookup request can name: H_t agrees for t <= the shared prefix."""
-    return frozenset((g, t) for g, t in objects if t <= shared)
+def compute_visible(objects: Iterable[Obj], shared: Tokens, lookahead: int = 0) -> frozenset[Obj]:
+    """Return the objects a lookup request can name: H_t (covering [0, t + λ)) agrees for t + λ <= the shared prefix."""
+    return frozenset((g, t) for g, t in objects if t + lookahead <= shared)
 
 
 def compute_present_after(geometry: Geometry, objects: frozenset[Obj], evicted: Iterable[RankObj]) -> frozenset[Obj]:
@@ -187,7 +187,7 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
 
 
 def compute_rule_store(rules: RuleSet, geometry: Geometry, prompt: Tokens) -> frozenset[Obj]:
-    """Return the objects one request of P tokens stores under a rule set's store rule."""
+    """Return the objects one request of P tokens stores under a rule set's store rule (on its rule geometry)."""
     if rules.store == STORE_VLLM_0_33:
-        return compute_store_boundaries_vllm(geometry, prompt, rules.lookahead)
+        return compute_store_boundaries_vllm(compute_rule_geometry(rules, geometry), prompt, rules.lookahead)
     return compute_store_boundaries(geometry, prompt)

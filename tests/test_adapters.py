@@ -7,14 +7,23 @@ import shlex
 
 import pytest
 
-from kvspec.checks.adapters import IMPL, IMPL_PR53324, LEGACY, EngineAdapter, load_adapter, run_adapter_conformance
+from kvspec.checks.adapters import (
+    IMPL,
+    IMPL_LOOKAHEAD,
+    IMPL_PR53324,
+    LEGACY,
+    EngineAdapter,
+    load_adapter,
+    run_adapter_conformance,
+)
 from kvspec.checks.cli import main
 from kvspec.spec.errors import SpecError
 
 from .conftest import require
 
 
-@pytest.mark.parametrize("adapter,rules", [(IMPL, "vllm-0.33.0"), (IMPL_PR53324, "pr53324")])
+@pytest.mark.parametrize("adapter,rules", [(IMPL, "vllm-0.33.0"), (IMPL_PR53324, "pr53324"),
+                                           (IMPL_LOOKAHEAD, "vllm-0.33.0-lookahead")])
 def test_the_implementation_conforms(adapter, rules):
     require("torch")
     rep = run_adapter_conformance(adapter, rules, examples=150)

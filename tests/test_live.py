@@ -117,3 +117,21 @@ def test_redundant_puts_are_counted(master, tmp_path):
     with pytest.raises(AssertionError, match="redundant puts"):
         run(master, [sc], tmp_path, "reput", env={"KVSPEC_FAULT_REPUT": "1"})
     assert run(master, [sc], tmp_path, "no-reput")["bytes_wrong"] == 0
+
+
+@pytest.mark.parametrize("rules,lookahead_bytes", [("vllm-0.33.0", True), ("vllm-0.33.0-lookahead", False)])
+def test_draft_hazard_closed_by_lookahead_keys(master, tmp_path, rules, lookahead_bytes):
+    """The draft-KV hazard on real ranks and a real store (tests/test_draft_lookahead.py's case at D = 2, where the
+    attention block is 2 tokens, so the shorter writer ends on a block end: 98): a 98-token request stored before a
+    120-token one sharing it. Legacy hashes: the reader loads draft KV at position 97 that saw the writer's sampled
+    token (draft_lookahead_bytes > 0, and the spec's content model names it). Lookahead
+    keys (each hash covers the next token, no EAGLE drop): every byte is the reader's own, draft bytes included."""
+    from kvspec.spec.content import compute_wrong_positions
+    g = Geometry(unit=1, groups=(Group(kind="attention", block_size=1, eagle=True), Group(kind="mamba", block_size=1)),
+                 parallel=Parallel(dcp=2), retention="replay")
+    sc = Scenario(geometry=g, prompt=120, stored=(StoredRequest(prompt=98, shared=98),
+                                                  StoredRequest(prompt=120, shared=120)), rules=rules)
+    assert bool(compute_wrong_positions(sc, evaluate_scenario(sc))) is lookahead_bytes
+    totals = run(master, [sc], tmp_path, f"draft-{rules}")
+    assert totals["bytes_wrong"] == 0 and totals["bytes_compared"] > 0
+    assert (totals["draft_lookahead_bytes"] > 0) is lookahead_bytes, totals

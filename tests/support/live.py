@@ -9,7 +9,7 @@ from kvspec.impl.mooncake_store import OBJECT_NOT_FOUND
 from kvspec.impl.worker import make_tokens, request_tokens
 from kvspec.spec.failure import compute_safe_boundary
 from kvspec.spec.geometry import Geometry
-from kvspec.spec.keys import compute_hash_chain, render_key
+from kvspec.spec.keys import compute_lookahead_chain, render_key
 from kvspec.spec.plan import plan_load_keys, plan_store_keys
 from kvspec.spec.rules import get_rules
 from kvspec.spec.scenario import Scenario, evaluate_scenario
@@ -35,13 +35,14 @@ def build_job(master: str, scenarios: list[Scenario], tag: str,
         prefix = f"{tag}-{seed}"
         base = make_tokens(seed, sc.prompt)
         predicted: dict[str, list[str]] = {}
+        lookahead = get_rules(sc.rules).lookahead
         for k, r in enumerate(sc.stored):
             toks = request_tokens(base, seed * 1000 + k + 1, r.prompt, r.shared)
-            chain = compute_hash_chain(toks, g.unit)
+            chain = compute_lookahead_chain(toks, g.unit, lookahead)
             for rank, key in plan_store_keys(g, sorted(compute_rule_store(get_rules(sc.rules), g, r.prompt)), chain, MODEL,
                                          prefix):
                 predicted.setdefault(str(rank), []).append(render_key(key))
-        out.append({"seed": seed, "prefix": prefix, "prompt": sc.prompt, "rules": sc.rules,
+        out.append({"seed": seed, "prefix": prefix, "prompt": sc.prompt, "rules": sc.rules, "lookahead": lookahead,
                     "stored": [{"prompt": r.prompt, "shared": r.shared} for r in sc.stored],
                     "predicted_keys": predicted,
                     "evict_after_lookup": (evict_after_lookup or [{}] * len(scenarios))[len(out)]})
@@ -64,7 +65,7 @@ def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str
         js = job["scenarios"][k]
         spec = evaluate_scenario(sc)
         base = make_tokens(js["seed"], sc.prompt)
-        chain = compute_hash_chain(base, g.unit)
+        chain = compute_lookahead_chain(base, g.unit, js["lookahead"])
         load_keys: dict[int, list[str]] = {}
         for rank, key in plan_load_keys(g, spec.load, chain, MODEL, js["prefix"]):
             load_keys.setdefault(rank, []).append(render_key(key))
