@@ -29,13 +29,13 @@ from typing import Any
 from kvspec import __version__
 from kvspec.spec.failure import compute_loaded_prefix, compute_retry_cap, compute_safe_boundary
 from kvspec.spec.geometry import Geometry, compute_group_ids, compute_lcm_span, make_geometry
-from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, compute_hash_at, compute_hash_chain
+from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, compute_hash_at, compute_lookahead_chain
 from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest, encode_outcome, encode_scenario, evaluate_scenario
 from kvspec.spec.types import Boundary
 
 FORMAT = 1
-SAFE_RULES = ("pr53324", "vllm-0.33.0")
+SAFE_RULES = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead")
 Case = tuple[str, str, str, str, dict[str, Any], dict[str, Any]]  # runner, handler, suite, case, input, expected
 
 
@@ -119,17 +119,18 @@ def _failure(rules: str, cap: int = 60) -> Iterator[Case]:
         n += 1
 
 
-def _keys() -> Iterator[Case]:
+def _keys(lookahead: int = 0) -> Iterator[Case]:
     tokens = [(7 * i + 3) % 1000 for i in range(64)]
-    for unit, boundary in ((4, 16), (4, 64), (16, 48), (1, 1)):
-        chain = compute_hash_chain(tokens, unit)
+    for unit, boundary in ((4, 16), (4, 64 - 4 * lookahead), (16, 48), (1, 1)):
+        chain = compute_lookahead_chain(tokens, unit, lookahead)
         h = compute_hash_at(chain, unit, Boundary(boundary)).hex()
+        extra = {"lookahead": lookahead} if lookahead else {}
         for rank, group, model, prefix in ((0, 0, "kimi-k3", ""), (3, 1, "org/model@rev", "bf16"), (7, 2, "a%b", "x@y")):
             key = StoreKey(model=model, tp_rank=rank, pcp_rank=0, dcp_rank=rank, pp_rank=0, group=group, hash_hex=h,
                            cache_prefix=prefix)
             yield ("keys", "render", "explicit-tokens", f"u{unit}-t{boundary}-r{rank}-g{group}",
                    {"tokens": tokens, "unit": unit, "boundary": boundary, "model": model, "cache_prefix": prefix,
-                    "tp_rank": rank, "pcp_rank": 0, "dcp_rank": rank, "pp_rank": 0, "group": group},
+                    "tp_rank": rank, "pcp_rank": 0, "dcp_rank": rank, "pp_rank": 0, "group": group, **extra},
                    {"hash_hex": h, **{f"key_{name.replace('-', '_').replace('.', '_')}": render(key)
                                       for name, render in sorted(KEY_GRAMMARS.items())}})
 
@@ -144,8 +145,8 @@ def compute_cases(rules: str) -> Iterator[Case]:
     yield from _exhaustive_sample(rules)
     yield from _mutant_counterexamples(rules)
     yield from _failure(rules)
-    if rules == SAFE_RULES[-1]:
-        yield from _keys()
+    if rules != "pr53324":  # key strings from explicit token ids: the legacy hashes, and the lookahead ones
+        yield from _keys(1 if rules.endswith("lookahead") else 0)
 
 
 def dump_json(value: Any) -> str:

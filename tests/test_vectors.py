@@ -57,6 +57,7 @@ def test_committed_vectors_are_what_kvspec_generates(tmp_path):
     from kvspec.checks.vectors import compare_trees, write_vectors
     counts = write_vectors(tmp_path / "v")
     assert counts["legacy"] >= 3 and counts["pr53324"] > 300 and counts["vllm-0.33.0"] > 300
+    assert counts["vllm-0.33.0-lookahead"] > 300
     assert compare_trees(tmp_path / "v", VECTORS) == []  # `make vectors` after a change to the rules
 
 
@@ -91,3 +92,20 @@ def test_schemas_reject_what_is_not_a_result():
     with pytest.raises(jsonschema.ValidationError):  # two ways of saying what was stored
         validator("scenario.schema.json").validate({"groups": [{"kind": "mamba", "block_size": 4}], "prompt": 4,
                                                      "stored_prompt": 4, "requests": []})
+
+
+def test_key_vectors_replay_through_the_hash_chain():
+    """A porter's check of its hashing: token ids -> H_t (or H'_t with lookahead) -> the key in both grammars."""
+    from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, compute_hash_at, compute_lookahead_chain
+    seen = set()
+    for case in VECTORS.glob("*/keys/render/*/*"):
+        inp, exp = (json.loads((case / f).read_text()) for f in ("input.json", "expected.json"))
+        lookahead = inp.get("lookahead", 0)
+        chain = compute_lookahead_chain(inp["tokens"], inp["unit"], lookahead)
+        h = compute_hash_at(chain, inp["unit"], inp["boundary"]).hex()
+        assert h == exp["hash_hex"], case
+        key = StoreKey(model=inp["model"], tp_rank=inp["tp_rank"], pcp_rank=inp["pcp_rank"], dcp_rank=inp["dcp_rank"],
+                       pp_rank=inp["pp_rank"], group=inp["group"], hash_hex=h, cache_prefix=inp["cache_prefix"])
+        assert all(exp[f"key_{n.replace('-', '_').replace('.', '_')}"] == r(key) for n, r in KEY_GRAMMARS.items())
+        seen.add(lookahead)
+    assert seen == {0, 1}
