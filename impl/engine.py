@@ -29,6 +29,7 @@ from kvspec.spec.types import Rank
 from .device import needs_staging
 from .lookup import HybridLookup
 from .mooncake_store import NO_AVAILABLE_HANDLE, MooncakeKV
+from .reports import LoadReport, LookupReport, StoreReport
 from .synthetic import SyntheticModel
 
 Obj = tuple[int, int]
@@ -263,7 +264,7 @@ class RankEngine:
         """Return the block the store client puts an object from (its host mirror when staging)."""
         return kv.io_block(group, self.object_block(kv, group, boundary))
 
-    def store_request(self, tokens: Sequence[int], chain: Sequence[bytes], kv: RequestKV) -> dict[str, Any]:
+    def store_request(self, tokens: Sequence[int], chain: Sequence[bytes], kv: RequestKV) -> StoreReport:
         """Put this rank's shard of every object of the request, zero-copy, skipping keys that exist."""
         assert self.store is not None
         objs = self.plan_objects(len(tokens))
@@ -279,15 +280,15 @@ class RankEngine:
         exists = [0] * len(keys) if os.environ.get("KVSPEC_FAULT_REPUT") == "1" else self.store.exist(keys)
         todo = [k for k, e in enumerate(exists) if e != 1]
         rcs = self.store.put([keys[k] for k in todo], [ptrs[k] for k in todo], [sizes[k] for k in todo])
-        put = [keys[k] for k, rc in zip(todo, rcs) if rc == 0]
-        return {"objects": [list(o) for o in objs], "put": put, "existing": [keys[k] for k, e in enumerate(exists) if e == 1],
-                "store_full": sum(rc == NO_AVAILABLE_HANDLE for rc in rcs),
-                "failed": [[keys[k], rc] for k, rc in zip(todo, rcs) if rc not in (0, NO_AVAILABLE_HANDLE)],
-                "bytes": sum(sizes[k] for k, rc in zip(todo, rcs) if rc == 0)}
+        return StoreReport(objects=tuple(objs), put=tuple(keys[k] for k, rc in zip(todo, rcs) if rc == 0),
+                           existing=tuple(keys[k] for k, e in enumerate(exists) if e == 1),
+                           store_full=sum(rc == NO_AVAILABLE_HANDLE for rc in rcs),
+                           failed=tuple((keys[k], rc) for k, rc in zip(todo, rcs) if rc not in (0, NO_AVAILABLE_HANDLE)),
+                           bytes=sum(sizes[k] for k, rc in zip(todo, rcs) if rc == 0))
 
     # ---------------------------------------------------------------- lookup
     def lookup(self, chain: Sequence[bytes], n_tokens: int, legacy: bool = False,
-               cap: int | None = None) -> dict[str, Any]:
+               cap: int | None = None) -> LookupReport:
         """Return the hit length and tail boundaries all ranks agree on (presence = MIN over ranks)."""
         assert self.store is not None
         own_probes = [0]
@@ -303,9 +304,9 @@ class RankEngine:
         try:
             hit, tails = lk.run(probe, legacy=legacy)
         except LookupError as exc:  # the loud form of a -704: report, load nothing
-            return {"hit": 0, "tails": [], "rounds": lk.rounds, "probes": own_probes[0], "error": str(exc)}
-        return {"hit": hit, "tails": [list(t) for t in tails], "rounds": lk.rounds, "probes": own_probes[0],
-                "error": None}
+            return LookupReport(hit=0, tails=(), rounds=lk.rounds, probes=own_probes[0], error=str(exc))
+        return LookupReport(hit=hit, tails=tuple((int(g), int(t)) for g, t in tails), rounds=lk.rounds,
+                            probes=own_probes[0], error=None)
 
     # ---------------------------------------------------------------- load
     def plan_load(self, hit: int, tails: Sequence[Sequence[int]]) -> list[tuple[int, int, int]]:
@@ -321,7 +322,7 @@ class RankEngine:
                 out.append((i, blk, tail[i] if blk == c else (blk + 1) * s))
         return out
 
-    def load(self, chain: Sequence[bytes], hit: int, tails: Sequence[Sequence[int]], kv: RequestKV) -> dict[str, Any]:
+    def load(self, chain: Sequence[bytes], hit: int, tails: Sequence[Sequence[int]], kv: RequestKV) -> LoadReport:
         """Get whole physical blocks into a cold cache, zero-copy; report every key's result."""
         assert self.store is not None
         plan = self.plan_load(hit, tails)
@@ -333,9 +334,8 @@ class RankEngine:
             sizes.append(dst.numel() * dst.element_size())
         rcs = self.store.get(keys, ptrs, sizes)
         kv.stage_in([(i, blk) for (i, blk, _), rc in zip(plan, rcs) if rc >= 0])
-        return {"plan": [list(p) for p in plan], "keys": keys, "results": rcs,
-                "failed": [[k, rc] for k, rc in zip(keys, rcs) if rc < 0],
-                "bytes": sum(r for r in rcs if r > 0), "computed": hit if all(r >= 0 for r in rcs) else None}
+        return LoadReport(plan=tuple(plan), keys=tuple(keys), results=tuple(rcs),
+                          bytes=sum(r for r in rcs if r > 0))
 
     # ---------------------------------------------------------------- failure closure
     def safe_boundary(self, hit: int, plan: Sequence[Sequence[int]], ok: Sequence[bool],
@@ -374,16 +374,17 @@ class RankEngine:
 
     # ---------------------------------------------------------------- verification
     def compare_with_cold(self, tokens: Sequence[int], hit: int, loaded: RequestKV, plan: Sequence[Sequence[int]],
-                          results: Sequence[int], mamba: bool = True) -> tuple[int, int, int]:
+                          ok: Sequence[bool], mamba: bool = True) -> tuple[int, int, int]:
         """Return (bytes compared, bytes wrong, draft-lookahead bytes wrong) of [0, hit) against a cold prefill.
 
-        Only blocks loaded without error are compared. For an EAGLE (draft) group the KV at position
+        Only blocks `ok` marks loaded are compared. For an EAGLE (draft) group the KV at position
         k - 1 of a block keyed at boundary k <= hit depends on token k, which the key H_k does not
         cover: a mismatch there is the draft-lookahead hazard, counted apart; any other mismatch is wrong.
+        With lookahead keys (λ >= 1) the key covers token k: every mismatch is wrong.
         """
         if hit <= 0:
             return 0, 0, 0
-        ok_blocks = {(int(i), int(b)) for (i, b, _), rc in zip(plan, results) if rc >= 0}
+        ok_blocks = {(int(i), int(b)) for (i, b, _), good in zip(plan, ok) if good}
         cold = RequestKV(self.g, len(tokens), self.width, self.device)
         self.prefill(tokens, cold)
         compared = wrong = lookahead = 0
@@ -394,7 +395,7 @@ class RankEngine:
                 pos, blk, slot = pos[keep], blk[keep].to(self.device), slot[keep].to(self.device)
                 a, b = loaded.tensors[i][blk, slot], cold.tensors[i][blk, slot]
                 hazard = torch.zeros(len(pos), dtype=torch.bool)
-                if gr.eagle:
+                if gr.eagle and self.lookahead == 0:
                     edges = {int(k) - 1 for g, _, k in plan if g == i and k <= hit}
                     hazard = torch.tensor([int(p) in edges for p in pos.tolist()], dtype=torch.bool)
                 row_bad = (a.view(torch.int32) != b.view(torch.int32)).any(dim=1).cpu()

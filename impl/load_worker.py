@@ -71,8 +71,8 @@ class LoadRank:
         with registered(self.store, RequestKV(self.g, len(toks), eng.width, self.device)) as kv:
             eng.prefill(toks, kv)
             st = eng.store_request(toks, compute_hash_chain(toks, self.g.unit), kv)
-        return {"put": len(st["put"]), "existing": len(st["existing"]), "store_full": st["store_full"],
-                "failed": [rc for _, rc in st["failed"]], "bytes": st["bytes"]}
+        return {"put": len(st.put), "existing": len(st.existing), "store_full": st.store_full,
+                "failed": [rc for _, rc in st.failed], "bytes": st.bytes}
 
     def lookup_op(self, cmd: dict[str, Any]) -> dict[str, Any]:
         toks = request_tokens(cmd)
@@ -91,12 +91,11 @@ class LoadRank:
         cold = RequestKV(self.g, len(toks), eng.width, self.device)
         with registered(self.store, cold):
             ld = eng.load(chain, cmd["hit"], cmd["tails"], cold)
-        ok = [rc >= 0 for rc in ld["results"]]
-        safe = eng.safe_boundary(cmd["hit"], ld["plan"], ok, lambda objs: self.probe_all_ranks(objs, chain))
-        compared, wrong, lookahead = eng.compare_with_cold(toks, safe, cold, ld["plan"], ld["results"],
+        safe = eng.safe_boundary(cmd["hit"], ld.plan, ld.loaded, lambda objs: self.probe_all_ranks(objs, chain))
+        compared, wrong, lookahead = eng.compare_with_cold(toks, safe, cold, ld.plan, ld.loaded,
                                                            mamba=safe == cmd["hit"])
-        return {"safe": safe, "failed": [rc for _, rc in ld["failed"]], "bytes": ld["bytes"],
-                "wrong_in_clean_load": wrong if not ld["failed"] else 0,
+        return {"safe": safe, "failed": [rc for _, rc in ld.failed], "bytes": ld.bytes,
+                "wrong_in_clean_load": wrong if not ld.failed else 0,
                 "bytes_compared": compared, "bytes_wrong": wrong, "draft_lookahead_bytes": lookahead}
 
     def evict_op(self, cmd: dict[str, Any]) -> dict[str, Any]:

@@ -75,14 +75,14 @@ def main(argv: list[str]) -> int:
                              else (("raw", raw_put), ("ours", ours_put))):
                 put[name] = timed(fn)
             st, rc = put["ours"][1], put["raw"][1]
-            assert not st["failed"] and st["store_full"] == 0 and all(r == 0 for r in rc), (st, rc)
+            assert not st.failed and st.store_full == 0 and all(r == 0 for r in rc), (st, rc)
             look = eng.lookup(chain, n)
-            plan = eng.plan_load(look["hit"], look["tails"])
+            plan = eng.plan_load(look.hit, look.tails)
             keys = [eng.key(i, t, chain) for i, _, t in plan]
             dst = [cold_b.io_block(i, b) for i, b, _ in plan]
 
             def ours_get() -> Any:
-                return eng.load(chain, look["hit"], look["tails"], cold_a)
+                return eng.load(chain, look.hit, look.tails, cold_a)
 
             def raw_get() -> Any:
                 rcs = store.get(keys, [d.data_ptr() for d in dst], [d.nbytes for d in dst])
@@ -94,14 +94,14 @@ def main(argv: list[str]) -> int:
                              else (("raw", raw_get), ("ours", ours_get))):
                 get[name] = timed(fn)
             ld, rg = get["ours"][1], get["raw"][1]
-            assert not ld["failed"] and all(r >= 0 for r in rg), (ld["failed"], rg)
+            assert not ld.failed and all(r >= 0 for r in rg), (ld.failed, rg)
             same = all(torch.equal(cold_a.block(i, b), cold_b.block(i, b)) for i, b, _ in plan)
-            row = {"put_bytes": st["bytes"], "raw_put_bytes": sum(sizes),
-                   "get_bytes": ld["bytes"], "raw_get_bytes": sum(r for r in rg if r > 0),
+            row = {"put_bytes": st.bytes, "raw_put_bytes": sum(sizes),
+                   "get_bytes": ld.bytes, "raw_get_bytes": sum(r for r in rg if r > 0),
                    "put_s": {"ours": put["ours"][0], "raw": put["raw"][0]},
                    "get_s": {"ours": get["ours"][0], "raw": get["raw"][0]},
-                   "hit": look["hit"], "objects": len(objs), "loads": len(plan), "same_bytes": same}
-            for key in [*st["put"], *raw_keys]:  # free the segment for the next iteration
+                   "hit": look.hit, "objects": len(objs), "loads": len(plan), "same_bytes": same}
+            for key in [*st.put, *raw_keys]:  # free the segment for the next iteration
                 store.remove(key, force=True)
             return row
 

@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
                 toks = request_tokens(base, sc["seed"] * 1000 + k + 1, r["prompt"], r["shared"])
                 with registered(store, RequestKV(geometry, len(toks), eng.width, device)) as kv:
                     eng.prefill(toks, kv)
-                    res["stores"].append(eng.store_request(toks, compute_lookahead_chain(toks, u, lookahead), kv))
+                    res["stores"].append(eng.store_request(toks, compute_lookahead_chain(toks, u, lookahead),
+                                                           kv).to_json())
             predicted = sc.get("predicted_keys", {}).get(str(rank), [])
             ex = store.exist(predicted)
             res["missing_predicted"] = [k for k, e in zip(predicted, ex) if e != 1]
@@ -77,8 +78,8 @@ def main(argv: list[str]) -> int:
             rp.barrier()
             chain = compute_lookahead_chain(base, u, lookahead)
             look = eng.lookup(chain, sc["prompt"], legacy=sc["rules"] == "legacy")
-            res.update(hit=look["hit"], tails=look["tails"], rounds=look["rounds"], probes=look["probes"],
-                       lookup_error=look["error"])
+            res.update(hit=look.hit, tails=[list(t) for t in look.tails], rounds=look.rounds, probes=look.probes,
+                       lookup_error=look.error)
             # fault injection: objects removed (forced) from this rank's keys between lookup and load
             force = sc.get("evict_force", True)  # False: a lease (granted by the lookup's exist) may block it
             for gid, t in sc.get("evict_after_lookup", {}).get(str(rank), []):
@@ -95,11 +96,10 @@ def main(argv: list[str]) -> int:
             cold = RequestKV(geometry, sc["prompt"], eng.width, device)
             t_load = time.perf_counter()
             with registered(store, cold):
-                ld = eng.load(chain, look["hit"], look["tails"], cold)
-            res["load"] = {"plan": ld["plan"], "keys": ld["keys"], "results": ld["results"], "failed": ld["failed"],
-                           "bytes": ld["bytes"], "seconds": time.perf_counter() - t_load}
+                ld = eng.load(chain, look.hit, look.tails, cold)
+            res["load"] = {**ld.to_json(), "seconds": time.perf_counter() - t_load}
             # failure closure: a block counts only if every rank loaded it
-            ok = torch.tensor([1 if rc >= 0 else 0 for rc in ld["results"]], dtype=torch.int32)
+            ok = torch.tensor([1 if x else 0 for x in ld.loaded], dtype=torch.int32)
             all_reduce_min(ok)
 
             def probe(objs: list[tuple[int, int]]) -> set[tuple[int, int]]:
@@ -108,16 +108,15 @@ def main(argv: list[str]) -> int:
                 all_reduce_min(bits)
                 return {o for o, b in zip(objs, bits.tolist()) if b}
 
-            safe = eng.safe_boundary(look["hit"], ld["plan"], [bool(x) for x in ok.tolist()], probe)
+            everywhere = [bool(x) for x in ok.tolist()]
+            safe = eng.safe_boundary(look.hit, ld.plan, everywhere, probe)
             res["safe"] = safe
-            good = [1 if x else -1 for x in ok.tolist()]
-            cmp_, wrong, lookahead = eng.compare_with_cold(base, safe, cold, ld["plan"], good,
-                                                            mamba=safe == look["hit"])
+            cmp_, wrong, lookahead = eng.compare_with_cold(base, safe, cold, ld.plan, everywhere, mamba=safe == look.hit)
             res.update(bytes_compared=cmp_, bytes_wrong=wrong, draft_lookahead_bytes=lookahead,
                        seconds=time.perf_counter() - t0)
             if sc.get("relookup"):  # what a retry would see now
                 again = eng.lookup(chain, sc["prompt"])
-                res["relookup_hit"] = again["hit"]
+                res["relookup_hit"] = again.hit
             results.append(res)
             rp.barrier()
     finally:
@@ -153,7 +152,7 @@ def serve(argv: list[str]) -> int:
                 toks = cmd["tokens"]
                 with registered(store, RequestKV(geometry, len(toks), eng.width, device)) as kv:
                     eng.prefill(toks, kv)
-                    ans = eng.store_request(toks, compute_hash_chain(toks, geometry.unit), kv)
+                    ans = eng.store_request(toks, compute_hash_chain(toks, geometry.unit), kv).to_json()
             elif cmd["op"] == "exist":
                 ans = {"exist": store.exist(cmd["keys"])}
             elif cmd["op"] == "remove":
@@ -167,8 +166,8 @@ def serve(argv: list[str]) -> int:
                 rp.barrier()
                 cold = RequestKV(geometry, len(toks), eng.width, device)
                 with registered(store, cold):
-                    ld = eng.load(chain, look["hit"], look["tails"], cold)
-                ok = torch.tensor([1 if rc >= 0 else 0 for rc in ld["results"]], dtype=torch.int32)
+                    ld = eng.load(chain, look.hit, look.tails, cold)
+                ok = torch.tensor([1 if x else 0 for x in ld.loaded], dtype=torch.int32)
                 all_reduce_min(ok)
 
                 def probe(objs: list[tuple[int, int]], chain: Any = chain, eng: RankEngine = eng) -> set[Any]:
@@ -179,12 +178,10 @@ def serve(argv: list[str]) -> int:
                     return {o for o, b in zip(objs, bits.tolist()) if b}
 
                 oks = [bool(x) for x in ok.tolist()]
-                safe = eng.safe_boundary(look["hit"], ld["plan"], oks, probe)
-                cmp_, wrong, lookahead = eng.compare_with_cold(toks, safe, cold, ld["plan"],
-                                                               [1 if x else -1 for x in oks],
-                                                               mamba=safe == look["hit"])
-                ans = {"hit": look["hit"], "tails": look["tails"], "plan": ld["plan"], "keys": ld["keys"],
-                       "results": ld["results"], "ok": oks, "safe": safe, "bytes_compared": cmp_,
+                safe = eng.safe_boundary(look.hit, ld.plan, oks, probe)
+                cmp_, wrong, lookahead = eng.compare_with_cold(toks, safe, cold, ld.plan, oks, mamba=safe == look.hit)
+                ans = {"hit": look.hit, "tails": [list(t) for t in look.tails], "plan": [list(p) for p in ld.plan],
+                       "keys": list(ld.keys), "results": list(ld.results), "ok": oks, "safe": safe, "bytes_compared": cmp_,
                        "bytes_wrong": wrong, "draft_lookahead_bytes": lookahead}
             out.write(json.dumps(ans) + "\n")
             out.flush()

@@ -37,7 +37,7 @@ def test_draft_kv_of_a_shorter_writer_is_loaded_under_a_correct_key():
     assert h == 119
     cold = RequestKV(g, 120, 4, torch.device("cpu"))
     ld = eng.load(chain, h, tails, cold)
-    assert not ld["failed"]
-    compared, wrong, lookahead = eng.compare_with_cold(base, h, cold, ld["plan"], ld["results"])
+    assert not ld.failed
+    compared, wrong, lookahead = eng.compare_with_cold(base, h, cold, ld.plan, ld.loaded)
     assert wrong == 0  # every other byte, target and Mamba, is exact
     assert lookahead == 4 * 4  # exactly one position (96, the end of block H_97) of the draft group differs

@@ -99,19 +99,18 @@ class SpecVsImpl(RuleBasedStateMachine):
         for eng in self.engines:
             cold = RequestKV(self.g, n, eng.width, CPU)
             ld = eng.load(chain, h, tails, cold)
-            assert [tuple(x) for x in ld["plan"]] == [(e.group, e.block, e.key_boundary) for e in plan]
-            for key, rc in zip(ld["keys"], ld["results"]):  # no load key outside the store
+            assert list(ld.plan) == [(e.group, e.block, e.key_boundary) for e in plan]
+            for key, rc in zip(ld.keys, ld.results):  # no load key outside the store
                 assert rc >= 0 or key in failing, f"{key} -> {rc}"
             results.append(ld)
             colds.append(cold)
         self.heal()
-        ok = [all(r["results"][k] >= 0 for r in results) for k in range(len(plan))]
+        ok = [all(r.loaded[k] for r in results) for k in range(len(plan))]
         spec_safe = compute_safe_boundary(self.g, E, spec_h, plan, ok)
-        impl_safe = self.engines[0].safe_boundary(h, results[0]["plan"], ok, probe)
+        impl_safe = self.engines[0].safe_boundary(h, results[0].plan, ok, probe)
         assert impl_safe == spec_safe, f"safe boundary impl {impl_safe} != spec {spec_safe}"
         for eng, ld, cold in zip(self.engines, results, colds):
-            okr = [1 if good else -1 for good in ok]
-            cmp_, wrong, lookahead = eng.compare_with_cold(toks, spec_safe, cold, ld["plan"], okr,
+            cmp_, wrong, lookahead = eng.compare_with_cold(toks, spec_safe, cold, ld.plan, ok,
                                                            mamba=spec_safe == h)
             assert wrong == 0
             self.steps["bytes"] += cmp_
