@@ -25,7 +25,7 @@ from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
 
 def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
-                 rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0")) -> list[dict[str, Any]]:
+                 rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead")) -> list[dict[str, Any]]:
     """Return one row per rule set and prompt size (identical resend): probes, baseline probes, rounds, identical."""
     from kvspec.impl.lookup import HybridLookup, count_baseline_probes
     g = get_preset("kimi-k3-dcp8")
@@ -156,12 +156,13 @@ def compute_resend_series(name: str, retention: str, rules: str, step: int) -> l
                                                rules=rules)).hit_length)) for p in range(lcm + 1, 2 * lcm - 1, step)]
 
 
-def bench_efficiency(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), step: int = 7) -> list[dict[str, Any]]:
+def bench_efficiency(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead"), step: int = 7) -> list[dict[str, Any]]:
     """Return, per geometry, retention and rule set, the identical-resend hit over a sweep of prompt lengths.
 
     Kimi-K3 (DCP 8): P = L+1 … 2L−2 in steps of `step`, plus the 10^6-token resend; a small geometry
     (u = 4, b = 16, D = 2) over one scheduler block in steps of 1. Reusable tokens of a resend are
-    ⌊P/u⌋·u − u (the last unit is recomputed: the logits need the last token, EAGLE drops a unit).
+    ⌊(P−1)/u⌋·u, every whole unit below P (the logits need the last token recomputed): the same yardstick
+    for every rule set, so the EAGLE drop's cost shows in the ratio.
     """
     rows = []
     for name in EFFICIENCY_GEOMETRIES:
@@ -171,7 +172,7 @@ def bench_efficiency(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), st
             for rules in rule_sets:
                 series = compute_resend_series(name, retention, rules, step if name == "kimi-k3-dcp8" else 1)
                 got = sum(h for _, h in series)
-                reusable = sum(p // u * u - u for p, _ in series)
+                reusable = sum((p - 1) // u * u for p, _ in series)
                 zero = sum(h == 0 for _, h in series)
                 row = {"geometry": name, "retention": retention, "rules": rules, "prompts": len(series),
                        "zero_hits": zero, "zero_hit_fraction": round(zero / len(series), 4),
@@ -204,15 +205,15 @@ def iterate_conversations(count: int, turns: int, seed: int, scale: int) -> list
     return out
 
 
-def bench_conversations(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), count: int = 12, turns: int = 8,
+def bench_conversations(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead"), count: int = 12, turns: int = 8,
                         seed: int = 2026) -> list[dict[str, Any]]:
     """Return, per geometry, retention and rule set, the hits of a multi-turn trace.
 
     Every turn's prompt was stored when it ran (its prefill); the next turn shares exactly that prompt with
-    it. Reusable tokens of a turn: its shared prefix in whole units, below N, less a unit with EAGLE (the
-    drafter's recompute); a turn's hit counts against that.
+    it. Reusable tokens of a turn: its shared prefix in whole units below N, min(⌊S/u⌋·u, ⌊(N−1)/u⌋·u), the
+    same for every rule set; a turn's hit counts against that.
     """
-    from kvspec.spec.geometry import compute_lcm_span, has_eagle
+    from kvspec.spec.geometry import compute_lcm_span
     rows = []
     for name in EFFICIENCY_GEOMETRIES:
         for retention in ("replay", "dense"):
@@ -224,7 +225,7 @@ def bench_conversations(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"),
                     for prev, cur in zip(conv, conv[1:]):
                         h = evaluate_scenario(Scenario(geometry=g, prompt=cur, rules=rules,
                                                        stored=(StoredRequest(prompt=prev, shared=prev),))).hit_length
-                        best = max(min(prev // u * u, (cur - 1) // u * u) - (u if has_eagle(g) else 0), 0)
+                        best = min(prev // u * u, (cur - 1) // u * u)
                         n, zero, got, reusable = n + 1, zero + (h == 0), got + h, reusable + best
                 rows.append({"geometry": name, "retention": retention, "rules": rules, "turns": n,
                              "zero_hits": zero, "zero_hit_fraction": round(zero / n, 4),
@@ -232,9 +233,9 @@ def bench_conversations(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"),
     return rows
 
 
-def render_plot(path: str, rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0"), step: int = 7) -> None:
+def render_plot(path: str, rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead"), step: int = 7) -> None:
     """Write a plot of the identical-resend hit against the prompt length, per rule set (one panel per geometry
-    and retention), with the reusable length ⌊P/u⌋·u − u for reference."""
+    and retention), with the reusable length ⌊(P−1)/u⌋·u for reference."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -246,8 +247,8 @@ def render_plot(path: str, rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0
             series = {r: compute_resend_series(name, retention, r, step if name == "kimi-k3-dcp8" else 1)
                       for r in rule_sets}
             first = next(iter(series.values()))
-            ax.plot([p for p, _ in first], [p // u * u - u for p, _ in first], color="0.7", lw=1,
-                    label="reusable ⌊P/u⌋·u − u")
+            ax.plot([p for p, _ in first], [(p - 1) // u * u for p, _ in first], color="0.7", lw=1,
+                    label="reusable ⌊(P−1)/u⌋·u")
             for r, pts in series.items():
                 ax.step([p for p, _ in pts], [h for _, h in pts], where="post", lw=1.2, label=r)
             ax.set_title(f"{name}, {retention} retention: identical resend")
@@ -266,11 +267,11 @@ def format_bench(out: dict[str, Any]) -> str:
         lines.append(f"lookup {r['rules']:<12} N={r['tokens']:>9}: {r['probes']} probes vs {r['baseline_probes']} "
                      f"({r['ratio']}x), {r['rounds']} rounds, identical to the spec: {r['identical']}")
     for r in out.get("efficiency", []):
-        lines.append(f"efficiency {r['geometry']:<13} {r['retention']:<6} {r['rules']:<12}: reused/reusable "
+        lines.append(f"efficiency {r['geometry']:<13} {r['retention']:<6} {r['rules']:<21}: reused/reusable "
                      f"{r['reused_over_reusable']:.1%}, zero hits {r['zero_hits']}/{r['prompts']}"
                      + (f", 1M resend hits {r['hit_at_1m']}" if "hit_at_1m" in r else ""))
     for r in out.get("conversations", []):
-        lines.append(f"conversation {r['geometry']:<13} {r['retention']:<6} {r['rules']:<12}: reused/reusable "
+        lines.append(f"conversation {r['geometry']:<13} {r['retention']:<6} {r['rules']:<21}: reused/reusable "
                      f"{r['reused_over_reusable']:.1%}, zero hits {r['zero_hits']}/{r['turns']} turns")
     for r in out.get("load", []):
         lines.append(f"load D={r['dcp']} {r['streams']} streams {r['seconds']} s (master restarted {r['restarts']}x): "

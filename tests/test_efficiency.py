@@ -76,11 +76,13 @@ def test_bench_efficiency_tables_and_plot(tmp_path, capsys):
     assert main(["bench", "--efficiency-only", "--quick", "--json", "--plot", str(png)]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {(r["geometry"], r["retention"], r["rules"]): r for r in out["efficiency"]}
-    assert rows[("kimi-k3-dcp8", "replay", "vllm-0.33.0")]["reused_over_reusable"] == 1.0
+    assert rows[("kimi-k3-dcp8", "replay", "vllm-0.33.0-lookahead")]["reused_over_reusable"] == 1.0
+    assert 0.98 < rows[("kimi-k3-dcp8", "replay", "vllm-0.33.0")]["reused_over_reusable"] < 1.0  # the EAGLE drop
     assert rows[("kimi-k3-dcp8", "replay", "pr53324")]["zero_hits"] > 0  # the #56615 gaps
     assert rows[("kimi-k3-dcp8", "replay", "pr53324")]["hit_at_1m"] == 0
     conv = {(r["geometry"], r["retention"], r["rules"]): r for r in out["conversations"]}
-    assert conv[("small-dcp2", "replay", "vllm-0.33.0")]["reused_over_reusable"] == 1.0
+    assert conv[("small-dcp2", "replay", "vllm-0.33.0")]["reused_over_reusable"] < 1.0  # the EAGLE drop's unit
+    assert conv[("small-dcp2", "replay", "vllm-0.33.0")]["zero_hits"] == 0
     assert conv[("small-dcp2", "replay", "pr53324")]["zero_hits"] > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     svg = tmp_path / "hit.svg"
