@@ -24,8 +24,11 @@ from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
 
+MEASURED = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead")  # the rule sets the bench compares
+
+
 def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
-                 rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead")) -> list[dict[str, Any]]:
+                 rule_sets: tuple[str, ...] = MEASURED) -> list[dict[str, Any]]:
     """Return one row per rule set and prompt size (identical resend): probes, baseline probes, rounds, identical."""
     from kvspec.impl.lookup import HybridLookup, count_baseline_probes
     g = get_preset("kimi-k3-dcp8")
@@ -156,7 +159,7 @@ def compute_resend_series(name: str, retention: str, rules: str, step: int) -> l
                                                rules=rules)).hit_length)) for p in range(lcm + 1, 2 * lcm - 1, step)]
 
 
-def bench_efficiency(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead"), step: int = 7) -> list[dict[str, Any]]:
+def bench_efficiency(rule_sets: tuple[str, ...] = MEASURED, step: int = 7) -> list[dict[str, Any]]:
     """Return, per geometry, retention and rule set, the identical-resend hit over a sweep of prompt lengths.
 
     Kimi-K3 (DCP 8): P = L+1 … 2L−2 in steps of `step`, plus the 10^6-token resend; a small geometry
@@ -205,7 +208,7 @@ def iterate_conversations(count: int, turns: int, seed: int, scale: int) -> list
     return out
 
 
-def bench_conversations(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead"), count: int = 12, turns: int = 8,
+def bench_conversations(rule_sets: tuple[str, ...] = MEASURED, count: int = 12, turns: int = 8,
                         seed: int = 2026) -> list[dict[str, Any]]:
     """Return, per geometry, retention and rule set, the hits of a multi-turn trace.
 
@@ -233,7 +236,7 @@ def bench_conversations(rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0", 
     return rows
 
 
-def render_plot(path: str, rule_sets: tuple[str, ...] = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead"), step: int = 7) -> None:
+def render_plot(path: str, rule_sets: tuple[str, ...] = MEASURED, step: int = 7) -> None:
     """Write a plot of the identical-resend hit against the prompt length, per rule set (one panel per geometry
     and retention), with the reusable length ⌊(P−1)/u⌋·u for reference."""
     import matplotlib
