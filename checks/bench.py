@@ -23,7 +23,6 @@ import attrs
 from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
-
 MEASURED = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead")  # the rule sets the bench compares
 
 
