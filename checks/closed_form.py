@@ -77,6 +77,7 @@ class ClosedForm:
     mamba_calls: tuple[tuple[Any, Any], ...]  # (attention hit y, Mamba hit) at ⌊N/u⌋ and at ⌊(N−1)/u⌋
     tail_attention: Any  # B_att (MISSING when none)
     tail_mamba: Any  # B_mamba (MISSING when none)
+    replay: Any = None  # R = ⌊⌊(P−1)/u⌋/q⌋·q, the replay checkpoint (units)
 
 
 def compute_closed_form(ops: Any, x: Params) -> tuple[ClosedForm, Any, Any]:
@@ -132,7 +133,7 @@ def compute_closed_form(ops: Any, x: Params) -> tuple[ClosedForm, Any, Any]:
 
     cf = ClosedForm(m=m, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail, tail_vis=tail_vis, sel=sel, nb=nb,
                     inside=inside, reach=r, hit=hit, mamba_calls=calls, tail_attention=tail_of(att_has, m),
-                    tail_mamba=tail_of(mam_has, q))
+                    tail_mamba=tail_of(mam_has, q), replay=replay)
     return cf, att_has, mam_has
 
 
@@ -199,3 +200,17 @@ def compute_closed_witness(ops: Any, x: Params, legacy: bool = False, draft: boo
     groups = (att, att, mam) if draft else (att, mam)
     return Witness(unit=u, alignment=u, prompt=x.n, shared=x.s_shared, bound=u * cf.n_units, hit=hit,
                    groups=groups)
+
+
+def compute_closed_safe(ops: Any, x: Params, cf: ClosedForm, f: Any, mok: Any) -> tuple[Any, Any]:
+    """Return (safe boundary, attention loaded prefix) in units for a load whose first failed attention block is f
+    (−1: none) and whose Mamba block loaded iff mok = 1: h when nothing it needs failed, else the largest stored
+    Mamba state below h within the loaded prefix (what a retry can load), else 0 (spec/failure.py)."""
+    h, q = cf.hit, x.q
+    cap = ops.let("cap", ops.If(f >= 0, ops.min(f * cf.m, h), h))
+    lim = ops.min(cap, h - 1)
+    ckpt = ops.If(x.dense == 1, ops.floordiv(ops.max(ops.min(ops.min(cf.replay, cf.s_units), lim), 0), q) * q,
+                  ops.If(ops.And(cf.replay > 0, cf.replay <= cf.s_units, cf.replay <= lim), cf.replay, 0))
+    tail = ops.If(ops.And(cf.tail_vis, cf.tail <= lim), cf.tail, 0)
+    safe = ops.let("safe", ops.If(h <= 0, 0, ops.If(ops.And(cap >= h, mok == 1), h, ops.max(ckpt, tail))))
+    return safe, cap

@@ -12,7 +12,7 @@ from kvspec.spec.ops import IntOps
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 from kvspec.spec.types import GroupId
 
-from .closed_form import Params, compute_closed_form, compute_scaled
+from .closed_form import Params, compute_closed_form, compute_closed_safe, compute_scaled
 
 
 def build_scenario(x: Params, draft: bool = False) -> Scenario:
@@ -44,6 +44,31 @@ def compare(x: Params, draft: bool = False) -> str | None:
     if draft and tails.get(GroupId(1), MISSING) != tails.get(GroupId(0), MISSING):
         return f"draft tail {tails.get(GroupId(1))} != attention tail {tails.get(GroupId(0))} for {x}"
     return None if got == want else f"spec (h, B_att, B_mamba) = {got} but closed form = {want} for {x}"
+
+
+def compare_failure(x: Params) -> str | None:
+    """Return the first load result whose closed-form safe boundary differs from spec/failure.py's, or None.
+
+    Every first failed attention block f (or none) with the Mamba block loaded or not.
+    """
+    from kvspec.spec.failure import compute_safe_boundary
+    from kvspec.spec.lookup import compute_tail_block
+    cf, _, _ = compute_closed_form(IntOps, x)
+    sc = build_scenario(x)
+    out = evaluate_scenario(sc)
+    h = out.hit_length
+    if h <= 0:
+        return None
+    g = sc.geometry
+    mamba = len(g.groups) - 1
+    for f in range(-1, compute_tail_block(x.q * x.u * x.d, h) + 1):
+        for mok in (0, 1):
+            ok = tuple((e.group != 0 or e.block != f) and (e.group != mamba or mok == 1) for e in out.load)
+            want = compute_safe_boundary(g, out.present, h, out.load, ok)
+            got = x.u * compute_closed_safe(IntOps, x, cf, f, mok)[0]
+            if got != want:
+                return f"spec safe {want} but closed form {got} (f={f}, mok={mok}) for {x}"
+    return None
 
 
 def iterate_small_scope(dcps: tuple[int, ...] = (1, 2, 4, 8), units: tuple[int, ...] = (1, 2, 4),

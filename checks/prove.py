@@ -20,6 +20,7 @@ from kvspec.spec.ops import IntOps
 from .closed_form import (
     Params,
     compute_closed_form,
+    compute_closed_safe,
     compute_closed_witness,
     has_mamba_facts,
     has_tail_facts,
@@ -167,6 +168,55 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
     return build
 
 
+FAILURE_THEOREMS = ("F-1", "F-2", "F-3", "F-4", "F-MAX")  # F-7 needs the capped re-lookup: exhaustive only
+
+
+def _failure_witness(ops: Any, x: Params, closed: tuple[Any, Any, Any], f: Any, mok: Any) -> Any:
+    from kvspec.spec.invariants import FailureWitness
+    cf, _, mam_has = closed
+    safe, cap = compute_closed_safe(ops, x, cf, f, mok)
+    one = ops.z3.IntVal(1) if hasattr(ops, "z3") else 1  # a = u: one unit
+    return FailureWitness(alignment=one, hit=cf.hit, safe=safe, all_ok=ops.And(f < 0, mok == 1), attention_loaded=(cap,),
+                          mamba_has=mam_has, mamba_loaded=mok == 1, has_mamba=True, retry_hit=0)
+
+
+def _failure(inv_id: str) -> Callable[[Z3Ops], Query]:
+    """Return the builder of a failure-closure theorem: every hit of the lemmas' shape (opaque), every first failed
+    attention block f in 0..c (or none) and the Mamba block loaded or not; in units (a = u here)."""
+
+    def build(ops: Z3Ops) -> Query:
+        x, v = _params(ops, (None, None, None))
+        closed = compute_closed_form(ops, x)
+        cf, att_has, mam_has = closed
+        f, mok = ops.z3.Int("f"), ops.z3.Int("mok")
+        c = ops.cdiv(cf.hit, cf.m) - 1
+        ys, hms = frozenset(str(y) for y, _ in cf.mamba_calls), frozenset(str(hm) for _, hm in cf.mamba_calls)
+        hit = ys | hms | {str(t) for t in (cf.sel, cf.nb, cf.inside, cf.reach, cf.hit)}
+        pre = ops.And(pre_params(ops, x), has_mamba_facts(ops, cf, mam_has), is_hit_shaped(ops, cf, mam_has),
+                      f >= -1, f <= c, ops.Or(mok == 0, mok == 1))
+        w = _failure_witness(ops, x, closed, f, mok)
+        return Query(pre=pre, claim=get_invariant(inv_id).predicate(ops, w), variables={**v, "f": f, "mok": mok},
+                     opaque=frozenset(hit))
+
+    return build
+
+
+def _replay_failure(inv_id: str) -> Callable[[dict[str, int]], bool]:
+    inv = get_invariant(inv_id)
+
+    def replay(model: dict[str, int]) -> bool:
+        x = Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
+        if not pre_params(IntOps, x):
+            return False
+        closed = compute_closed_form(IntOps, x)
+        c = -(-closed[0].hit // closed[0].m) - 1
+        if not (-1 <= model["f"] <= c and model["mok"] in (0, 1)):
+            return False
+        return not inv.predicate(IntOps, _failure_witness(IntOps, x, closed, model["f"], model["mok"]))
+
+    return replay
+
+
 def _replay_scenario(inv_id: str, legacy: bool = False, draft: bool = False) -> Callable[[dict[str, int]], bool]:
     inv = None if inv_id in STEPS else get_invariant(inv_id)
 
@@ -239,6 +289,12 @@ def compute_theorems() -> tuple[Theorem, ...]:
                        build=_chain("I-20", draft=True), budget_s=40.0,
                        rests_on=CHAIN + "; link with an equal-spec draft group",
                        replay=_replay_scenario("I-20", draft=True), precondition=_pre(ALL, STEPS), **SYMBOLIC))
+    for inv_id in FAILURE_THEOREMS:
+        out.append(Theorem(name=f"{inv_id}/z3", statement=get_invariant(inv_id).statement + " [every u, q, D; every "
+                           "first failed attention block, Mamba block loaded or not]", build=_failure(inv_id),
+                           budget_s=30.0, rests_on="LEMMA-MAMBA; LEMMA-HIT-SHAPE; closed form of the safe boundary "
+                           "(closed_form.compute_closed_safe); link closed safe == spec (LINK-failure)",
+                           replay=_replay_failure(inv_id), precondition=_pre(ALL, STEPS[:2]), **SYMBOLIC))
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
                        "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
                        replay=_replay_scenario("I-20", legacy=True),

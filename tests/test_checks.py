@@ -207,3 +207,24 @@ def test_verify_only_list_and_junit(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["verify", "--only", "NO-SUCH-CHECK"])
     assert exc.value.code == 2 and "verify-only" in capsys.readouterr().err
+
+
+def test_failure_closure_theorems_can_fail(monkeypatch):
+    """The F-n/z3 theorems are about the closed-form safe boundary: one that keeps the hit after any failure (the
+    closure-keeps-hit bug) is refuted with a model that replays on ints."""
+    from kvspec.checks import closed_form
+    from kvspec.checks import prove as P
+    real = closed_form.compute_closed_safe
+
+    def keeps_hit(ops, x, cf, f, mok):
+        return cf.hit, real(ops, x, cf, f, mok)[1]
+
+    monkeypatch.setattr(P, "compute_closed_safe", keeps_hit)
+    th = next(t for t in compute_theorems() if t.name == "F-3/z3")
+    v = prove(th)
+    assert v.answer == "refuted" and v.model is not None and v.model["f"] >= 0
+
+
+def test_failure_link_on_a_small_scope():
+    from kvspec.checks.link import LINK_SCOPE, compare_failure
+    assert all(compare_failure(x) is None for k, x in enumerate(LINK_SCOPE.iterate()) if k % 97 == 0)
