@@ -18,7 +18,7 @@ UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-platform x86_64-man
 CPU_TORCH_SOURCE = $(if $(wildcard /opt/wheels),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu \
                    --index-strategy unsafe-best-match)
 
-.PHONY: gpu-carry all venv venv-gpu vllm-venv verify test test-main test-unit test-live test-vllm soak test-fast conform bench gpu-check lint lock vectors vectors-check clean
+.PHONY: gpu-carry all venv venv-gpu vllm-venv verify verify-full test test-main test-unit test-live test-vllm soak test-fast conform bench gpu-check lint lock vectors vectors-check clean
 
 all: verify test
 
@@ -50,6 +50,10 @@ vllm-venv: $(VSTAMP)
 
 verify: $(STAMP)
 	$(BIN)/python -m kvspec.checks verify $(VERIFY_ARGS)
+
+# The property rows over their whole scope (make verify samples one geometry in k).
+verify-full: $(STAMP)
+	$(BIN)/python -m kvspec.checks verify --full $(VERIFY_ARGS)
 
 test: test-main test-vllm
 

@@ -473,6 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run the proofs, exhaustive checks and mutants (make verify)")
     v.add_argument("--json", action="store_true")
     v.add_argument("--fast", action="store_true", help="a quick subset (seconds)")
+    v.add_argument("--full", action="store_true",
+                   help="every property row (BEST, RESEND, MONO-*, CONTENT) over every geometry of its scope "
+                        "instead of a sample (make verify-full; several minutes)")
     v.add_argument("--junit", metavar="FILE", help="also write the table as JUnit XML (one testcase per row)")
     v.add_argument("--quiet", action="store_true", help="no progress line on stderr as each task ends")
     v.add_argument("--list", action="store_true", help="print the check ids (with --only: those it selects) and exit")
@@ -546,7 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _die("verify-deps", f"kvspec verify needs z3-solver (make venv): {exc}")
             from kvspec.checks.verify import run_verify
             return run_verify(json_out=args.json, fast=args.fast, junit=args.junit, progress=not args.quiet,
-                              only=tuple(args.only or ()), list_only=args.list)
+                              only=tuple(args.only or ()), list_only=args.list, full=args.full)
         if args.efficiency_only and args.transfer_only:
             _die("cli-usage", "--efficiency-only and --transfer-only exclude each other")
         if not args.efficiency_only:

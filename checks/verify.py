@@ -127,8 +127,10 @@ def format_junit(report: dict[str, Any]) -> str:
 
 
 def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = None, progress: bool = True,
-               only: tuple[str, ...] = (), list_only: bool = False) -> int:
+               only: tuple[str, ...] = (), list_only: bool = False, full: bool = False) -> int:
     """Run everything (or the rows `only` names), print the table (or JSON); return 0 when all checks pass."""
+    from . import manifest
+    manifest.FULL[0] = full  # before the work is forked: every process sees the same manifest
     if list_only:
         for c in _selected(fast, only):
             print(f"{c.id:<28} {type(c).__name__}")
