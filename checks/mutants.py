@@ -110,8 +110,8 @@ def _no_rederive_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookahe
     return LookupResult(hit_length=hit, bound=bound, rederived=False, steps=steps)
 
 
-def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = TAIL_STORED, lookahead: int = 0) -> Any:
-    """The tail scan going backwards from h inside the block instead of forwards."""
+def _tails_picking(g: Geometry, present: frozenset[Obj], h: Tokens, pick: Any) -> Any:
+    """Return (g, B_g): h when stored, else pick(group, span) among the group's stored boundaries (a mutant's rule)."""
     if h <= 0:
         return ()
     out = []
@@ -119,13 +119,20 @@ def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, 
         if (GroupId(gid), Boundary(h)) in present:
             out.append((GroupId(gid), Boundary(h)))
             continue
-        s = compute_span(g, GroupId(gid))
-        lo = compute_tail_block(s, h) * s
-        found = [t for x, t in present if x == gid and lo < t < h and t % g.unit == 0]
-        if not found:
+        found = pick(gid, compute_span(g, GroupId(gid)))
+        if found is None:
             raise SpecError("tail-key-missing", f"no stored tail key for group {gid} at hit length {h}")
-        out.append((GroupId(gid), Boundary(max(found))))
+        out.append((GroupId(gid), Boundary(found)))
     return tuple(out)
+
+
+def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = TAIL_STORED, lookahead: int = 0) -> Any:
+    """The tail scan going backwards from h inside the block instead of forwards."""
+    def pick(gid: int, s: int) -> int | None:
+        lo = compute_tail_block(s, h) * s
+        return max((t for x, t in present if x == gid and lo < t < h and t % g.unit == 0), default=None)
+
+    return _tails_picking(g, present, h, pick)
 
 
 def _double_drop_finder(g: Geometry, sg: SpecGroup, have: frozenset[Boundary], cur: Tokens, max_len: Tokens,
@@ -143,20 +150,11 @@ def _double_drop_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookahe
 def _largest_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = TAIL_STORED,
                    lookahead: int = 0) -> Any:
     """The tail key taken at the largest stored boundary of h's block: stored and in the block, but not the smallest."""
-    if h <= 0:
-        return ()
-    out = []
-    for gid in range(len(g.groups)):
-        if (GroupId(gid), Boundary(h)) in present:
-            out.append((GroupId(gid), Boundary(h)))
-            continue
-        s = compute_span(g, GroupId(gid))
+    def pick(gid: int, s: int) -> int | None:
         top = min((compute_tail_block(s, h) + 1) * s, max(n - lookahead, 0) // g.unit * g.unit)
-        found = [t for x, t in present if x == gid and h < t <= top and t % g.unit == 0]
-        if not found:
-            raise SpecError("tail-key-missing", f"no stored tail key for group {gid} at hit length {h}")
-        out.append((GroupId(gid), Boundary(max(found))))
-    return tuple(out)
+        return max((t for x, t in present if x == gid and h < t <= top and t % g.unit == 0), default=None)
+
+    return _tails_picking(g, present, h, pick)
 
 
 def _safe_zero(g: Geometry, present: frozenset[Obj], h: Tokens, plan: Any, ok: Any) -> Tokens:

@@ -10,16 +10,11 @@ import pytest
 
 import kvspec
 import kvspec.spec
-from kvspec.checks.cli import build_parser, main
+from kvspec.checks.cli import build_parser
 
+from .support.cli import run_cli
 
-def run(argv, capsys):
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
+run = run_cli  # (argv, capsys) -> (exit status, stdout, stderr)
 
 
 def test_every_explain_option_has_help():

@@ -9,10 +9,11 @@ import json
 
 import pytest
 
-from kvspec.checks.cli import main
 from kvspec.checks.vllm_config import GroupKind, compute_geometry_from_vllm
 from kvspec.spec.errors import SpecError
 from kvspec.spec.presets import get_preset
+
+from .support.cli import run_cli
 
 KIMI = {"cache_config": {"block_size": 1536, "prefix_match_unit": 128, "mamba_block_size": 1536,
                          "enable_prefix_caching": True, "prefix_cache_retention_interval": 0},
@@ -22,13 +23,7 @@ KIMI = {"cache_config": {"block_size": 1536, "prefix_match_unit": 128, "mamba_bl
         "kv_cache_groups": ["mla", "kda"]}
 
 
-def run(argv, capsys):
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
+run = run_cli  # (argv, capsys) -> (exit status, stdout, stderr)
 
 
 def test_kimi_config_is_the_preset():
