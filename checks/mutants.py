@@ -128,7 +128,7 @@ def _tails_picking(g: Geometry, present: frozenset[Obj], h: Tokens, pick: Any) -
 
 def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = TAIL_STORED, lookahead: int = 0) -> Any:
     """The tail scan going backwards from h inside the block instead of forwards."""
-    def pick(gid: int, s: int) -> int | None:
+    def pick(gid: int, s: Tokens) -> int | None:
         lo = compute_tail_block(s, h) * s
         return max((t for x, t in present if x == gid and lo < t < h and t % g.unit == 0), default=None)
 
@@ -150,7 +150,7 @@ def _double_drop_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookahe
 def _largest_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = TAIL_STORED,
                    lookahead: int = 0) -> Any:
     """The tail key taken at the largest stored boundary of h's block: stored and in the block, but not the smallest."""
-    def pick(gid: int, s: int) -> int | None:
+    def pick(gid: int, s: Tokens) -> int | None:
         top = min((compute_tail_block(s, h) + 1) * s, max(n - lookahead, 0) // g.unit * g.unit)
         return max((t for x, t in present if x == gid and h < t <= top and t % g.unit == 0), default=None)
 
