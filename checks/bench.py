@@ -36,7 +36,8 @@ def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
         sc = Scenario(geometry=g, prompt=n, stored=(StoredRequest(prompt=n, shared=n),), rules=rules)
         spec = evaluate_scenario(sc)
         rounds: list[int] = []
-        lk = HybridLookup(g, n)
+        from kvspec.spec.rules import get_rules
+        lk = HybridLookup(g, n, lookahead=get_rules(rules).lookahead)
         t0 = time.perf_counter()
         present = {(int(gid), int(t)) for gid, t in spec.present}
 

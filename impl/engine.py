@@ -11,7 +11,6 @@ import contextlib
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import torch
 
@@ -28,7 +27,7 @@ from kvspec.spec.types import Rank
 
 from .device import needs_staging
 from .lookup import HybridLookup
-from .mooncake_store import NO_AVAILABLE_HANDLE, MooncakeKV
+from .mooncake_store import NO_AVAILABLE_HANDLE, StoreClient
 from .reports import LoadReport, LookupReport, StoreReport
 from .synthetic import SyntheticModel
 
@@ -93,7 +92,7 @@ class RequestKV:
 
 
 @contextlib.contextmanager
-def registered(store: MooncakeKV | Any, kv: RequestKV) -> Iterator[RequestKV]:
+def registered(store: StoreClient, kv: RequestKV) -> Iterator[RequestKV]:
     """Register every slab of a request's KV with the store once, and unregister it after use."""
     ptrs = [t.data_ptr() for t in kv.io_tensors]
     for t in kv.io_tensors:
@@ -102,14 +101,13 @@ def registered(store: MooncakeKV | Any, kv: RequestKV) -> Iterator[RequestKV]:
         yield kv
     finally:
         for p in ptrs:
-            if hasattr(store, "unregister"):
-                store.unregister(p)
+            store.unregister(p)
 
 
 class RankEngine:
     """The KV-cache connector of one DCP rank."""
 
-    def __init__(self, geometry: Geometry, rank: int, store: MooncakeKV | None, device: torch.device,
+    def __init__(self, geometry: Geometry, rank: int, store: StoreClient | None, device: torch.device,
                  width: int = 8, model: str = "kvspec-model", cache_prefix: str = "",
                  all_reduce_min: Callable[[torch.Tensor], None] | None = None, store_rule: str = "pr53324",
                  lookahead: int = 0) -> None:

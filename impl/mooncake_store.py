@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 OK = 0
 NO_AVAILABLE_HANDLE = -200  # store full: "not cached", never an error
@@ -23,6 +24,31 @@ NAMES = {OK: "OK", NO_AVAILABLE_HANDLE: "NO_AVAILABLE_HANDLE", INVALID_PARAMS: "
 
 class StoreError(RuntimeError):
     """The store could not be set up or answered something unusable."""
+
+
+@runtime_checkable
+class StoreClient(Protocol):
+    """What a rank's engine asks of its store (MooncakeKV here; tests' FakeMooncake implements it in full).
+
+    Batched and zero-copy: exist answers 1 / 0 / negative per key; put answers 0 or a negative code (a key that
+    exists keeps its first value and answers 0); get answers the object's size or a negative code (-704: not
+    found); remove answers 0, -704 or -706 (a lease); slabs are registered before transfers and unregistered
+    before their memory is freed.
+    """
+
+    def register(self, ptr: int, nbytes: int) -> None: ...
+
+    def unregister(self, ptr: int) -> None: ...
+
+    def exist(self, keys: Sequence[str]) -> list[int]: ...
+
+    def put(self, keys: Sequence[str], ptrs: Sequence[int], sizes: Sequence[int]) -> list[int]: ...
+
+    def get(self, keys: Sequence[str], ptrs: Sequence[int], sizes: Sequence[int]) -> list[int]: ...
+
+    def remove(self, key: str, force: bool = False) -> int: ...
+
+    def close(self) -> None: ...
 
 
 class MooncakeKV:

@@ -61,3 +61,13 @@ def test_impl_probes_far_fewer_keys_on_kimi():
         assert r["identical"] and r["rounds"] <= 3 and r["probes"] < r["baseline_probes"], r
         if r["tokens"] >= 131_072 and r["rules"] == "pr53324":
             assert r["ratio"] >= 10, r
+
+
+def test_the_fake_store_is_a_store_client():
+    """The spec-level fake implements the engine's whole store protocol (no duck typing around it)."""
+    from kvspec.impl.mooncake_store import MooncakeKV, StoreClient
+
+    from .support.fakes import FakeMooncake
+    assert isinstance(FakeMooncake(), StoreClient)
+    assert all(callable(getattr(MooncakeKV, m)) for m in ("register", "unregister", "exist", "put", "get", "remove",
+                                                          "close"))

@@ -29,6 +29,9 @@ class FakeMooncake:
         return bytes.fromhex(k.hash_hex), k.group, k.dcp_rank
 
     def register(self, ptr: int, nbytes: int) -> None:
+        pass  # ctypes reads and writes the engine's memory directly: nothing to register
+
+    def unregister(self, ptr: int) -> None:
         pass
 
     def exist(self, keys: Sequence[str]) -> list[int]:
