@@ -80,8 +80,17 @@ class ClosedForm:
     replay: Any = None  # R = ⌊⌊(P−1)/u⌋/q⌋·q, the replay checkpoint (units)
 
 
-def compute_closed_form(ops: Any, x: Params) -> tuple[ClosedForm, Any, Any]:
-    """Return the closed form and the membership functions of E, in units."""
+VLLM = "vllm-0.33.0"
+
+
+def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[ClosedForm, Any, Any]:
+    """Return the closed form and the membership functions of E, in units, under the PR's store rule or vLLM 0.33.0's.
+
+    vLLM 0.33.0 (rule "vllm-0.33.0"): the checkpoint C = ⌊P/u⌋ − 1 with EAGLE, else ⌊(P−1)/u⌋ (a = u here);
+    attention publishes its blocks up to C + e, so its one boundary off the block grid is T = C + e (fine mode,
+    C > 0, T not a multiple of m); Mamba keeps the state at C and, dense, every block end up to ⌊P/u⌋, replay,
+    ⌊(P−1)/u⌋ aligned to q, or with EAGLE ⌊⌊(P−1)/u⌋/m⌋·m − m and ⌊⌊P/u⌋/m⌋·m − m.
+    """
     q, e = x.q, x.e
     m = ops.let("m", q * x.d)
     fine = m > 1
@@ -91,14 +100,25 @@ def compute_closed_form(ops: Any, x: Params) -> tuple[ClosedForm, Any, Any]:
     n1 = ops.let("N1u", ops.floordiv(x.n - 1, x.u))
     su = ops.let("Su", ops.floordiv(x.s_shared, x.u))
     full = ops.let("F", ops.floordiv(pu, m) * m)
-    tail = ops.let("T", pu - e)
-    tail_vis = ops.let("tail_vis", ops.And(fine, tail > 0, ops.mod(tail, q) != 0, tail <= su))
     replay = ops.let("R", ops.floordiv(p1, q) * q)
+    if rule == VLLM:
+        ck = ops.let("C", ops.If(e == 1, ops.max(pu - 1, 0), p1))
+        tail = ops.let("T", ck + e)
+        tail_vis = ops.let("tail_vis", ops.And(fine, ck > 0, ops.mod(tail, m) != 0, tail <= su))
+        r1 = ops.let("R1", ops.max(ops.floordiv(p1, m) * m - m, 0))
+        r2 = ops.let("R2", ops.max(ops.floordiv(pu, m) * m - m, 0))
+    else:
+        tail = ops.let("T", pu - e)
+        tail_vis = ops.let("tail_vis", ops.And(fine, tail > 0, ops.mod(tail, q) != 0, tail <= su))
 
     def att_has(t: Any) -> Any:
         return ops.Or(ops.And(t >= 1, ops.divides(m, t), t <= full, t <= su), ops.And(tail_vis, t == tail))
 
     def mam_has(t: Any) -> Any:
+        if rule == VLLM:
+            dense = ops.And(t >= 1, ops.divides(q, t), t <= pu, t <= su)
+            kept = ops.And(t >= 1, t <= su, ops.If(e == 1, ops.Or(t == r1, t == r2), t == replay))
+            return ops.Or(ops.If(x.dense == 1, dense, kept), ops.And(ck > 0, t == ck, t <= su))
         ckpt = ops.And(t >= 1, ops.divides(q, t), t <= replay, t <= su, ops.Or(x.dense == 1, t == replay))
         return ops.Or(ckpt, ops.And(tail_vis, t == tail))
 
@@ -109,6 +129,15 @@ def compute_closed_form(ops: Any, x: Params) -> tuple[ClosedForm, Any, Any]:
         return nb, inside, r, ops.let("y", ops.max(ops.If(ops.And(e == 1, r > 0), r - 1, r), 0))
 
     def mamba_at(h_att: Any) -> Any:
+        if rule == VLLM:
+            lim = ops.min(su, h_att)
+
+            def kept(t: Any) -> Any:
+                return ops.If(ops.And(t > 0, t <= lim), t, 0)
+
+            dense = ops.floordiv(ops.max(ops.min(pu, lim), 0), q) * q
+            part = ops.If(x.dense == 1, dense, ops.If(e == 1, ops.max(kept(r1), kept(r2)), kept(replay)))
+            return ops.let("h_m", ops.max(part, kept(ck)))
         ckpt = ops.If(x.dense == 1, ops.floordiv(ops.max(ops.min(ops.min(replay, su), h_att), 0), q) * q,
                       ops.If(ops.And(replay > 0, replay <= su, replay <= h_att), replay, 0))
         tail_m = ops.If(ops.And(tail_vis, tail <= h_att), tail, 0)

@@ -15,7 +15,7 @@ from kvspec.spec.types import GroupId
 from .closed_form import Params, compute_closed_form, compute_closed_safe, compute_scaled
 
 
-def build_scenario(x: Params, draft: bool = False) -> Scenario:
+def build_scenario(x: Params, draft: bool = False, rule: str = "pr53324") -> Scenario:
     """Return the executable scenario the closed form describes (with an equal-spec draft group if asked)."""
     b = x.q * x.u
     groups = [Group(kind="attention", block_size=b, eagle=bool(x.e) and not draft)]
@@ -24,13 +24,13 @@ def build_scenario(x: Params, draft: bool = False) -> Scenario:
     groups.append(Group(kind="mamba", block_size=b))
     g = Geometry(unit=x.u, groups=tuple(groups), parallel=Parallel(dcp=x.d),
                  retention="dense" if x.dense else "replay")
-    return Scenario(geometry=g, prompt=x.n, stored=(StoredRequest(prompt=x.p, shared=x.s_shared),), rules="pr53324")
+    return Scenario(geometry=g, prompt=x.n, stored=(StoredRequest(prompt=x.p, shared=x.s_shared),), rules=rule)
 
 
-def compare(x: Params, draft: bool = False) -> str | None:
-    """Return a description of the first difference between closed form and spec, or None."""
-    cf, _, _ = compute_closed_form(IntOps, x)
-    sc = build_scenario(x, draft)
+def compare(x: Params, draft: bool = False, rule: str = "pr53324") -> str | None:
+    """Return a description of the first difference between closed form and spec (under a rule set), or None."""
+    cf, _, _ = compute_closed_form(IntOps, x, rule)
+    sc = build_scenario(x, draft, rule)
     out = evaluate_scenario(sc)
     if out.error is not None:
         return f"spec error {out.error}"

@@ -68,7 +68,7 @@ class Check(Protocol):
 @functools.lru_cache(maxsize=1)
 def _theorems() -> dict[str, Any]:
     from .prove import compute_theorems
-    return {t.name: t for t in compute_theorems()}
+    return {t.name: t for t in compute_theorems(vllm=True)}
 
 
 @attrs.frozen(kw_only=True)
@@ -163,6 +163,7 @@ class LinkCheck:
     id: str
     scope: LinkScope
     failure: bool = False  # compare the closed-form safe boundary (every failed block) instead of the lookup
+    rule: str = "pr53324"  # the store rule of the closed form and of the scenarios
     budget_s: float = 8.0
     fast: bool = True  # --fast takes every 7th input
 
@@ -176,7 +177,7 @@ class LinkCheck:
             if fast and k % 7:
                 continue
             n += 1
-            r = compare_failure(x) if self.failure else compare(x, draft=self.scope.draft)
+            r = compare_failure(x) if self.failure else compare(x, draft=self.scope.draft, rule=self.rule)
             if r:
                 bad.append(r)
                 break
@@ -185,7 +186,8 @@ class LinkCheck:
     def render(self, results: list[Part]) -> Row:
         r = results[0]
         what = ("closed-form safe boundary == spec/failure.py for every first failed attention block, Mamba block "
-                "loaded or not" if self.failure else "closed form == executable fixed point (h, tail boundaries)")
+                "loaded or not" if self.failure else "closed form == executable fixed point (h, tail boundaries)"
+                + (f" under {self.rule}'s store rule" if self.rule != "pr53324" else ""))
         return Row(id=self.id, method="exhaustive", statement=f"{what} on every input of: {self.scope.describe()}",
                    expected="none found",
                    result=f"{r['n']} inputs, {len(r['bad'])} differences", ok=not r["bad"], seconds=r["seconds"],
@@ -197,6 +199,7 @@ class LinkHypothesisCheck:
     """The link at large scale: u ≤ 256, b ≤ 16u, D ≤ 16, prompts up to 10^6 (within spec/limits.py)."""
 
     id: str = "LINK-hypothesis"
+    rule: str = "pr53324"
     examples: int = 400
     budget_s: float = 2.0
     fast: bool = True
@@ -230,7 +233,7 @@ class LinkHypothesisCheck:
         @given(params(), st.booleans())
         def agree(x: Params, draft: bool) -> None:
             seen["n"] += 1
-            r = compare(x, draft=draft)
+            r = compare(x, draft=draft, rule=self.rule)
             assert r is None, r
 
         bad = []
@@ -243,7 +246,8 @@ class LinkHypothesisCheck:
     def render(self, results: list[Part]) -> Row:
         r = results[0]
         return Row(id=self.id, method="hypothesis", statement="closed form == executable fixed point (h, tail "
-                   "boundaries), u ≤ 256, b ≤ 16u, D ≤ 16, P and N ≤ 10^6, with and without a draft group",
+                   f"boundaries) under {self.rule}'s store rule, u ≤ 256, b ≤ 16u, D ≤ 16, P and N ≤ 10^6, with and "
+                   "without a draft group",
                    expected="none found", result=f"{r['n']} inputs, {len(r['bad'])} differences", ok=not r["bad"],
                    seconds=r["seconds"], detail={"scenarios": r["n"], "failures": r["bad"]})
 
@@ -419,12 +423,16 @@ def compute_manifest() -> tuple[Check, ...]:
 @functools.lru_cache(maxsize=2)
 def _compute_manifest(full: bool) -> tuple[Check, ...]:
     from .mutants import MUTANTS
-    out: list[Check] = [TheoremCheck(id=name) for name in _theorems()]
+    from .prove import compute_theorems
+    out: list[Check] = [TheoremCheck(id=t.name) for t in compute_theorems(vllm=full)]
     out += [ExhaustiveCheck(id="EXHAUSTIVE", scope=SCOPE_SMALL),
             ExhaustiveCheck(id="EXHAUSTIVE/vllm-0.33.0", scope=SCOPE_SMALL_VLLM),
             LinkCheck(id="LINK-exhaustive", scope=LINK_SCOPE), LinkHypothesisCheck(),
             LinkCheck(id="LINK-exhaustive-draft", scope=LINK_SCOPE_DRAFT),
             LinkCheck(id="LINK-failure", scope=LINK_SCOPE, failure=True),
+            LinkCheck(id="LINK-vllm-0.33.0", scope=LINK_SCOPE, rule="vllm-0.33.0"),
+            LinkCheck(id="LINK-vllm-0.33.0-draft", scope=LINK_SCOPE_DRAFT, rule="vllm-0.33.0"),
+            LinkHypothesisCheck(id="LINK-hypothesis-vllm-0.33.0", rule="vllm-0.33.0"),
             FailureCheck(id="FAIL-exhaustive", scope=SCOPE_FAILURE)]
     out += [PropertyCheck(prop=p, rules=r, expected=e, sample=1 if full else k) for p, r, e, k in EFFICIENCY]
     out += [MutantCheck(id=f"MUT-{m.name}", mutant=m.name) for m in MUTANTS]
