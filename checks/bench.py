@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from kvspec.spec.presets import get_preset
+from kvspec.spec.rules import get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
 MEASURED = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead")  # the rule sets the bench compares
@@ -36,7 +37,6 @@ def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
         sc = Scenario(geometry=g, prompt=n, stored=(StoredRequest(prompt=n, shared=n),), rules=rules)
         spec = evaluate_scenario(sc)
         rounds: list[int] = []
-        from kvspec.spec.rules import get_rules
         lk = HybridLookup(g, n, lookahead=get_rules(rules).lookahead)
         t0 = time.perf_counter()
         present = {(int(gid), int(t)) for gid, t in spec.present}

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import attrs
+
 from kvspec.spec.content import compute_wrong_positions
 from kvspec.spec.geometry import Geometry, compute_lcm_span
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
@@ -30,7 +32,15 @@ from kvspec.spec.types import Rank, Tokens
 
 from .exhaustive import compute_lengths, iterate_scenarios
 
-Instance = tuple[bool, Scenario, str]  # (holds, the scenario that shows it, what was compared)
+
+@attrs.frozen
+class Instance:
+    """One instance of a property: whether it holds, the scenario that shows it, what was compared."""
+
+    holds: bool
+    scenario: Scenario
+    what: str
+    above_best: bool = False  # a hit above the best E allows: unsafe, whatever the property expects
 
 
 def _hit(sc: Scenario) -> int:
@@ -44,16 +54,16 @@ def iterate_best(g: Geometry, rules: str) -> Iterator[Instance]:
         h = _hit(sc)
         e = compute_present_after(g, compute_stored(sc), sc.evicted)
         best = int(compute_physical_best(compute_rule_geometry(rs, g), e, Tokens(sc.prompt), rs.lookahead))
-        yield h == best, sc, f"h {h} vs best {best}" + (" ABOVE" if h > best else "")
+        yield Instance(h == best, sc, f"h {h} vs best {best}", above_best=h > best)
 
 
 def iterate_resend(g: Geometry, rules: str) -> Iterator[Instance]:
     """Yield, per P up to 2L + 2u, whether an identical resend hits compute_resend_best."""
-    rs = get_rules(rules)
+    lookahead = get_rules(rules).lookahead
     for p in range(1, 2 * compute_lcm_span(g) + 2 * g.unit + 1):
         sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
-        h, best = _hit(sc), int(compute_resend_best(compute_rule_geometry(rs, g), Tokens(p), rs.lookahead))
-        yield h == best, sc, f"h {h} vs best {best}" + (" ABOVE" if h > best else "")
+        h, best = _hit(sc), int(compute_resend_best(g, Tokens(p), lookahead))
+        yield Instance(h == best, sc, f"h {h} vs best {best}", above_best=h > best)
 
 
 def iterate_mono_prefix(g: Geometry, rules: str) -> Iterator[Instance]:
@@ -65,7 +75,7 @@ def iterate_mono_prefix(g: Geometry, rules: str) -> Iterator[Instance]:
             sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=s),), rules=rules)
             h = _hit(sc)
             if prev is not None:
-                yield h >= prev[1], sc, f"S {prev[0]} -> {s}: h {prev[1]} -> {h}"
+                yield Instance(h >= prev[1], sc, f"S {prev[0]} -> {s}: h {prev[1]} -> {h}")
             prev = (s, h)
 
 
@@ -79,7 +89,7 @@ def iterate_mono_evict(g: Geometry, rules: str) -> Iterator[Instance]:
         for gid, t in sorted(compute_visible(compute_rule_store(rs, g, Tokens(p)), Tokens(p), rs.lookahead)):
             sc = Scenario(geometry=g, prompt=p, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
             h = _hit(sc)
-            yield h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}"
+            yield Instance(h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}")
 
 
 def iterate_mono_more(g: Geometry, rules: str) -> Iterator[Instance]:
@@ -92,14 +102,14 @@ def iterate_mono_more(g: Geometry, rules: str) -> Iterator[Instance]:
                 sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),
                                                             StoredRequest(prompt=q, shared=sq)), rules=rules)
                 h = _hit(sc)
-                yield h >= base, sc, f"storing {q} tokens sharing {sq}: h {base} -> {h}"
+                yield Instance(h >= base, sc, f"storing {q} tokens sharing {sq}: h {base} -> {h}")
 
 
 def iterate_content(g: Geometry, rules: str) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether every loaded byte is what the reader computes itself."""
     for sc in iterate_scenarios(g, rules=rules):
         wrong = compute_wrong_positions(sc, evaluate_scenario(sc))
-        yield not wrong, sc, f"{len(wrong)} wrong positions (group, position): {list(wrong[:3])}"
+        yield Instance(not wrong, sc, f"{len(wrong)} wrong positions (group, position): {list(wrong[:3])}")
 
 
 PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str], Iterator[Instance]]]] = {

@@ -61,7 +61,6 @@ class Theorem:
     precondition: str = ""  # in words
     split: bool = False  # prove each conjunct of the claim as its own query (all must be proved)
     product_lemmas: bool = False  # add ground order facts of the claim's products (Z3Ops.compute_product_lemmas)
-    solvers: tuple[int, ...] = (0, 1)  # the portfolio's order (0: the tactic pipeline, a quarter of rlimit; 1: default)
 
 
 @attrs.frozen(kw_only=True)
@@ -144,6 +143,12 @@ def _scenario(inv_id: str, geom: tuple[int | None, int | None, int | None], lega
 STEPS = ("LEMMA-MAMBA", "LEMMA-HIT-SHAPE", "LEMMA-TAILS")
 
 
+def _hit_names(cf: Any) -> frozenset[str]:
+    """Return the names that define the hit (every attention and Mamba hit, the bound used, the reach, h)."""
+    return frozenset({str(y) for y, _ in cf.mamba_calls} | {str(hm) for _, hm in cf.mamba_calls}
+                     | {str(t) for t in (cf.sel, cf.nb, cf.inside, cf.reach, cf.hit)})
+
+
 def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, None, None), legacy: bool = False,
            draft: bool = False, rule: str = "pr53324") -> Callable[[Z3Ops], Query]:
     """Return the builder of one step of a symbolic scenario proof (a lemma of STEPS, or an invariant id)."""
@@ -155,7 +160,7 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
         claims = (has_mamba_facts(ops, cf, mam_has), is_hit_shaped(ops, cf, mam_has),
                   has_tail_facts(ops, x, cf, att_has, mam_has))
         ys, hms = frozenset(str(y) for y, _ in cf.mamba_calls), frozenset(str(hm) for _, hm in cf.mamba_calls)
-        hit = ys | hms | {str(t) for t in (cf.sel, cf.nb, cf.inside, cf.reach, cf.hit)}
+        hit = _hit_names(cf)
         # step k hides: any attention hit y (the Mamba lemma holds for every y); the Mamba hits; the whole hit;
         # the hit and the tails
         opaque = (ys, hms, hit, hit | {str(cf.tail_attention), str(cf.tail_mamba)})
@@ -191,13 +196,11 @@ def _failure(inv_id: str) -> Callable[[Z3Ops], Query]:
         cf, att_has, mam_has = closed
         f, mok = ops.z3.Int("f"), ops.z3.Int("mok")
         c = ops.cdiv(cf.hit, cf.m) - 1
-        ys, hms = frozenset(str(y) for y, _ in cf.mamba_calls), frozenset(str(hm) for _, hm in cf.mamba_calls)
-        hit = ys | hms | {str(t) for t in (cf.sel, cf.nb, cf.inside, cf.reach, cf.hit)}
         pre = ops.And(pre_params(ops, x), has_mamba_facts(ops, cf, mam_has), is_hit_shaped(ops, cf, mam_has),
                       f >= -1, f <= c, ops.Or(mok == 0, mok == 1))
         w = _failure_witness(ops, x, closed, f, mok)
         return Query(pre=pre, claim=get_invariant(inv_id).predicate(ops, w), variables={**v, "f": f, "mok": mok},
-                     opaque=frozenset(hit))
+                     opaque=_hit_names(cf))
 
     return build
 
@@ -391,7 +394,7 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
         goals.append((z3.And(*ops.side), th.div_vars))
     reasons, queries, most = [], 0, 0
     for goal, guarded in goals:
-        for k in th.solvers:
+        for k in range(2):
             res, solver, used = _query(th, k, q, goal, ops, guarded, deadline)
             queries, most = queries + 1, max(most, used)
             if res == z3.unsat:

@@ -18,28 +18,28 @@ from typing import Any
 from .manifest import Check, Part, Row, compute_manifest
 
 
-def _selected(fast: bool, only: tuple[str, ...] = ()) -> list[Check]:
+def _selected(fast: bool, full: bool, only: tuple[str, ...] = ()) -> list[Check]:
     import fnmatch
-    checks = [c for c in compute_manifest() if c.fast or not fast]
+    checks = [c for c in compute_manifest(full) if c.fast or not fast]
     if only:
         checks = [c for c in checks if any(fnmatch.fnmatchcase(c.id, pat) for pat in only)]
     return checks
 
 
-Task = tuple[int, int, bool]  # (index of the check in the manifest, index of its part, fast)
+Task = tuple[int, int, bool, bool]  # (index of the check in the manifest, index of its part, fast, full)
 
 
-def compute_tasks(fast: bool = False, only: tuple[str, ...] = ()) -> list[Task]:
+def compute_tasks(fast: bool = False, only: tuple[str, ...] = (), full: bool = False) -> list[Task]:
     """Return the parts of the selected checks, longest budget first (so both cores finish together)."""
-    index = {c.id: k for k, c in enumerate(compute_manifest())}
-    tasks = [(index[c.id], j, fast) for c in _selected(fast, only) for j in range(len(c.parts(fast)))]
-    manifest = compute_manifest()
+    manifest = compute_manifest(full)
+    index = {c.id: k for k, c in enumerate(manifest)}
+    tasks = [(index[c.id], j, fast, full) for c in _selected(fast, full, only) for j in range(len(c.parts(fast)))]
     return sorted(tasks, key=lambda t: -manifest[t[0]].budget_s)
 
 
 def _run_task(task: Task) -> tuple[Task, Part]:
-    k, j, fast = task
-    check = compute_manifest()[k]
+    k, j, fast, full = task
+    check = compute_manifest(full)[k]
     return task, check.run(check.parts(fast)[j], fast)
 
 
@@ -52,10 +52,10 @@ def _progress(check: Check, part: Part, done: int, total: int, t0: float) -> Non
 
 
 def collect(fast: bool = False, processes: int | None = None, progress: bool = False,
-            only: tuple[str, ...] = ()) -> list[Row]:
+            only: tuple[str, ...] = (), full: bool = False) -> list[Row]:
     """Return the rows of the selected checks, in manifest order (the parts run on every core)."""
-    manifest = compute_manifest()
-    tasks = compute_tasks(fast, only)
+    manifest = compute_manifest(full)
+    tasks = compute_tasks(fast, only, full)
     procs = processes or min(len(tasks), os.cpu_count() or 1)
     t0, results = time.perf_counter(), {}
     with mp.get_context("fork").Pool(procs) if procs > 1 else contextlib.nullcontext() as pool:
@@ -129,18 +129,16 @@ def format_junit(report: dict[str, Any]) -> str:
 def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = None, progress: bool = True,
                only: tuple[str, ...] = (), list_only: bool = False, full: bool = False) -> int:
     """Run everything (or the rows `only` names), print the table (or JSON); return 0 when all checks pass."""
-    from . import manifest
-    manifest.FULL[0] = full  # before the work is forked: every process sees the same manifest
     if list_only:
-        for c in _selected(fast, only):
+        for c in _selected(fast, full, only):
             print(f"{c.id:<28} {type(c).__name__}")
         return 0
-    tasks = compute_tasks(fast, only)
+    tasks = compute_tasks(fast, only, full)
     if not tasks:
         from kvspec.spec.errors import SpecError
         raise SpecError("verify-only", f"no check matches {' '.join(only)} (kvspec verify --list shows the ids)")
     t0 = time.perf_counter()
-    report = summarize(collect(fast, progress=progress, only=only), fast)
+    report = summarize(collect(fast, progress=progress, only=only, full=full), fast)
     report["wall_seconds"] = round(time.perf_counter() - t0, 2)
     if junit:
         os.makedirs(os.path.dirname(os.path.abspath(junit)), exist_ok=True)

@@ -84,22 +84,21 @@ RULE_SETS: dict[str, RuleSet] = {
                   where="vllm/config/vllm.py: VllmConfig.num_hash_lookahead_tokens; "
                         "kv_cache_utils.get_request_block_hasher"),
         )),
+    "vllm-0.33.0-lookahead": RuleSet(
+        name="vllm-0.33.0-lookahead", predecessor="vllm-0.33.0",
+        engine="kvspec's proposal for vLLM's connector path (0.33.0 does it for its local prefix cache only)",
+        store=STORE_VLLM_0_33, tail_key=TAIL_STORED, config=CONFIG_VLLM_0_33, lookahead=1,
+        deltas=(
+            Delta(what="every block hash also covers the λ = 1 token after its unit (an EAGLE-family drafter's reach; "
+                       "num_speculative_tokens for multi-module MTP), on the connector path too: a key H_t names tokens "
+                       "[0, t + λ), so only ⌊(n − λ)/u⌋ hashes of an n-token request exist and a stored request of S "
+                       "shared tokens shows the reader only boundaries t with t + λ <= S",
+                  where="vllm/config/vllm.py: VllmConfig.num_hash_lookahead_tokens (0 under a KV connector in 0.33.0)"),
+            Delta(what="no EAGLE drop anywhere (checkpoint, proof margin, replay boundaries, lookup): the hash proves the "
+                       "token after the boundary, the one the drafter's last position read",
+                  where="vllm/v1/core/sched/scheduler.py: use_eagle_block_drop = False when lookahead hashes are on"),
+        )),
 }
-
-RULE_SETS["vllm-0.33.0-lookahead"] = RuleSet(
-    name="vllm-0.33.0-lookahead", predecessor="vllm-0.33.0",
-    engine="kvspec's proposal for vLLM's connector path (0.33.0 does it for its local prefix cache only)",
-    store=STORE_VLLM_0_33, tail_key=TAIL_STORED, config=CONFIG_VLLM_0_33, lookahead=1,
-    deltas=(
-        Delta(what="every block hash also covers the λ = 1 token after its unit (an EAGLE-family drafter's reach; "
-                   "num_speculative_tokens for multi-module MTP), on the connector path too: a key H_t names tokens "
-                   "[0, t + λ), so only ⌊(n − λ)/u⌋ hashes of an n-token request exist and a stored request of S "
-                   "shared tokens shows the reader only boundaries t with t + λ <= S",
-              where="vllm/config/vllm.py: VllmConfig.num_hash_lookahead_tokens (0 under a KV connector in 0.33.0)"),
-        Delta(what="no EAGLE drop anywhere (checkpoint, proof margin, replay boundaries, lookup): the hash proves the "
-                   "token after the boundary, the one the drafter's last position read",
-              where="vllm/v1/core/sched/scheduler.py: use_eagle_block_drop = False when lookahead hashes are on"),
-    ))
 
 DEFAULT_RULES = "vllm-0.33.0"  # the newest shipped rule set
 

@@ -137,13 +137,8 @@ def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozense
     if scenario.objects is not None:
         return scenario.objects
     g, rules = scenario.geometry, get_rules(scenario.rules)
-    if len(scenario.stored) == 1:
-        r = scenario.stored[0]
-        return compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared), rules.lookahead)
-    objs: set[Obj] = set()
-    for r in scenario.stored:
-        objs |= compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared), rules.lookahead)
-    return frozenset(objs)
+    return frozenset().union(*(compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared),
+                                               rules.lookahead) for r in scenario.stored))
 
 
 def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[RankObj]:

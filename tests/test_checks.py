@@ -242,3 +242,15 @@ def test_link_under_vllm_rules():
     from kvspec.checks.closed_form import compute_closed_form
     from kvspec.spec.ops import IntOps
     assert compute_closed_form(IntOps, x, "vllm-0.33.0")[0].hit != compute_closed_form(IntOps, x)[0].hit
+
+
+def test_a_row_that_checked_nothing_fails():
+    """An exhaustive, link or property row over no input shows nothing: it fails instead of passing."""
+    from kvspec.checks.exhaustive import SCOPE_SMALL
+    from kvspec.checks.link import LINK_SCOPE
+    from kvspec.checks.manifest import ExhaustiveCheck, LinkCheck, PropertyCheck
+    empty = {"n": 0, "bad": [], "fails": 0, "above": 0, "seconds": 0.0}
+    assert not ExhaustiveCheck(id="E", scope=SCOPE_SMALL).render([empty]).ok
+    assert not LinkCheck(id="L", scope=LINK_SCOPE).render([empty]).ok
+    assert not PropertyCheck(prop="RESEND", rules="vllm-0.33.0", expected="holds").render([empty]).ok
+    assert ExhaustiveCheck(id="E", scope=SCOPE_SMALL).render([{**empty, "n": 1}]).ok
