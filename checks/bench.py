@@ -103,18 +103,16 @@ def bench_transfer(dcp: int = 2, tokens: int = 16_384, repeats: int = 3, layout:
     import tempfile
 
     from kvspec.impl.cluster import run_ranks, running_master
+    from kvspec.impl.job import Job, TransferPlan
     from kvspec.spec.geometry import Parallel
 
     lay = layout or LayerLayout()
     g = attrs.evolve(get_preset("kimi-k3-dcp8"), parallel=Parallel(dcp=dcp))
     per_token = lay.compute_attention_bytes_per_token()
     width, mwidth = -(-per_token // 4), -(-lay.compute_state_bytes(dcp) // 4)
-    job = {"geometry": {"unit": g.unit, "dcp": dcp, "retention": g.retention,
-                        "groups": [{"kind": x.kind, "block_size": x.block_size, "eagle": x.eagle} for x in g.groups]},
-           "tokens": tokens, "width": width, "mamba_width": mwidth, "repeats": repeats, "store_rule": rules,
-           "segment_bytes": 1 << 30}
+    plan = TransferPlan(tokens=tokens, mamba_width=mwidth, repeats=repeats)
     with tempfile.TemporaryDirectory(prefix="kvspec-tbench-") as wd, running_master(wd) as m:
-        job["master"] = m.address
+        job = Job(master=m.address, geometry=g, width=width, store_rule=rules, segment_bytes=1 << 30, transfer=plan)
         ranks = run_ranks(job, dcp, timeout_s=600, workdir=wd, module="kvspec.impl.transfer_bench")
     iters = list(zip(*(r["rows"] for r in ranks)))
 

@@ -22,15 +22,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvspec.impl.job import Job, encode_job
+from kvspec.spec.geometry import Geometry, Group, Parallel
+
 COMMAND_TIMEOUT_S = 60.0
 
 
 class LoadRanks:
     """D load_worker processes; commands are answered out of order, matched by id."""
 
-    def __init__(self, job: dict[str, Any], world: int, workdir: Path) -> None:
+    def __init__(self, job: Job, world: int, workdir: Path) -> None:
         from kvspec.impl.cluster import _spawn
-        (workdir / "load-job.json").write_text(json.dumps(job))
+        (workdir / "load-job.json").write_text(json.dumps(encode_job(job)))
         self.logs = [open(workdir / f"load-rank{r}.log", "wb") for r in range(world)]  # noqa: SIM115
         self.procs = [_spawn([sys.executable, "-m", "kvspec.impl.load_worker", "--serve",
                               str(workdir / "load-job.json"), str(r)], stdin=subprocess.PIPE,
@@ -95,9 +98,8 @@ def run_load(dcp: int = 2, streams: int = 16, seconds: float = 30.0, restart: bo
     """
     from kvspec.impl.cluster import running_master
 
-    geometry = {"unit": 4, "dcp": dcp, "retention": "replay",
-                "groups": [{"kind": "attention", "block_size": 16, "eagle": True},
-                           {"kind": "mamba", "block_size": 16, "eagle": False}]}
+    geometry = Geometry(unit=4, groups=(Group(kind="attention", block_size=16, eagle=True),
+                                        Group(kind="mamba", block_size=16)), parallel=Parallel(dcp=dcp))
     wd = Path(workdir or tempfile.mkdtemp(prefix="kvspec-load-"))
     stats: dict[str, Any] = {"requests": 0, "stores": 0, "lookups": 0, "loads": 0, "evictions": 0, "hits": 0,
                              "bytes_compared": 0, "bytes_wrong": 0, "bytes_wrong_in_clean_loads": 0,
@@ -107,8 +109,8 @@ def run_load(dcp: int = 2, streams: int = 16, seconds: float = 30.0, restart: bo
     lat: dict[str, list[float]] = {"store": [], "lookup": [], "load": [], "evict": []}
     lock = threading.Lock()
     with running_master(str(wd)) as m:
-        job = {"geometry": geometry, "master": m.address, "width": 4, "model": "kvspec-load", "store_rule": rules,
-               "concurrency": 16, "segment_bytes": 128 << 20}
+        job = Job(master=m.address, geometry=geometry, width=4, model="kvspec-load", store_rule=rules, concurrency=16,
+                  segment_bytes=128 << 20)
         ranks = LoadRanks(job, dcp, wd)
         t0 = time.monotonic()
         stop = t0 + seconds

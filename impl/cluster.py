@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .job import Job, encode_job
+
 PORT_LOCKS = Path(tempfile.gettempdir()) / "kvspec-ports"
 
 
@@ -203,7 +205,7 @@ def _rendezvous(workdir: Path) -> str:
     return f"file://{path}"
 
 
-def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: str | None = None,
+def run_ranks(job: Job, world: int, timeout_s: float = 300, workdir: str | None = None,
               env: dict[str, str] | None = None, during: Any = None,
               module: str = "kvspec.impl.worker") -> list[dict[str, Any]]:
     """Run `python -m MODULE JOB RANK OUT` as `world` rank processes on one job; return each rank's result.
@@ -213,7 +215,7 @@ def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: 
     wd = Path(workdir or tempfile.mkdtemp(prefix="kvspec-job-"))
     wd.mkdir(parents=True, exist_ok=True)
     job_path = wd / "job.json"
-    job_path.write_text(json.dumps(job))
+    job_path.write_text(json.dumps(encode_job(job)))
     procs = []
     base_env = {**os.environ, "KVSPEC_RENDEZVOUS": _rendezvous(wd), "WORLD_SIZE": str(world),
                 "MC_STORE_CLIENT_SETUP_RETRIES": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -247,10 +249,10 @@ def run_ranks(job: dict[str, Any], world: int, timeout_s: float = 300, workdir: 
 class RankServers:
     """D long-lived rank processes (`worker --serve`) driven by JSON commands; stopped by PID."""
 
-    def __init__(self, job: dict[str, Any], world: int, workdir: str, timeout_s: float = 60) -> None:
+    def __init__(self, job: Job, world: int, workdir: str, timeout_s: float = 60) -> None:
         wd = Path(workdir)
         wd.mkdir(parents=True, exist_ok=True)
-        (wd / "job.json").write_text(json.dumps(job))
+        (wd / "job.json").write_text(json.dumps(encode_job(job)))
         env = {**os.environ, "KVSPEC_RENDEZVOUS": _rendezvous(wd), "WORLD_SIZE": str(world),
                "MC_STORE_CLIENT_SETUP_RETRIES": "1", "PYTHONUNBUFFERED": "1"}
         self.timeout_s = timeout_s

@@ -285,18 +285,22 @@ class RankEngine:
                            bytes=sum(sizes[k] for k, rc in zip(todo, rcs) if rc == 0))
 
     # ---------------------------------------------------------------- lookup
+    def probe_everywhere(self, objs: Sequence[Obj], chain: Sequence[bytes]) -> set[Obj]:
+        """Return the objects whose key exists on every rank: this rank's exist bits, MIN-all-reduced (collective)."""
+        assert self.store is not None
+        res = self.store.exist([self.key(i, t, chain) for i, t in objs])
+        bits = torch.tensor([1 if r == 1 else 0 for r in res], dtype=torch.int32)
+        self.all_reduce_min(bits)
+        return {o for o, bit in zip(objs, bits.tolist()) if bit}
+
     def lookup(self, chain: Sequence[bytes], n_tokens: int, legacy: bool = False,
                cap: int | None = None) -> LookupReport:
         """Return the hit length and tail boundaries all ranks agree on (presence = MIN over ranks)."""
-        assert self.store is not None
         own_probes = [0]
 
         def probe(objs: list[Obj]) -> set[Obj]:
-            res = self.store.exist([self.key(i, t, chain) for i, t in objs])  # type: ignore[union-attr]
             own_probes[0] += len(objs)
-            bits = torch.tensor([1 if r == 1 else 0 for r in res], dtype=torch.int32)
-            self.all_reduce_min(bits)
-            return {o for o, bit in zip(objs, bits.tolist()) if bit}
+            return self.probe_everywhere(objs, chain)
 
         lk = HybridLookup(self.g, n_tokens, cap=cap, lookahead=self.lookahead)
         try:

@@ -31,9 +31,10 @@ from kvspec.spec.keys import compute_hash_chain
 
 from .device import select_device
 from .engine import Obj, RankEngine, RequestKV, registered
+from .job import Job, decode_job
 from .lookup import HybridLookup
 from .mooncake_store import MooncakeKV
-from .worker import geometry_from_json, make_tokens
+from .worker import make_tokens
 from .worker import request_tokens as worker_request_tokens
 
 
@@ -46,16 +47,16 @@ def request_tokens(cmd: dict[str, Any]) -> list[int]:
 class LoadRank:
     """The commands of one rank process (thread-safe: engines are per command, the client is shared)."""
 
-    def __init__(self, job: dict[str, Any], rank: int) -> None:
-        self.g = geometry_from_json(job["geometry"])
+    def __init__(self, job: Job, rank: int) -> None:
+        self.g = job.geometry
         self.rank, self.job = rank, job
         self.device = select_device(rank)
-        self.store = MooncakeKV(job["master"], segment_bytes=job.get("segment_bytes", 256 << 20))
+        self.store = MooncakeKV(job.master, segment_bytes=job.segment_bytes)
 
     def engine(self, rank: int) -> RankEngine:
         """Return an engine that renders rank `rank`'s keys (only this rank's engine moves bytes)."""
-        return RankEngine(self.g, rank, self.store, self.device, width=self.job["width"], model=self.job["model"],
-                          store_rule=self.job["store_rule"])
+        return RankEngine(self.g, rank, self.store, self.device, width=self.job.width, model=self.job.model,
+                          store_rule=self.job.store_rule)
 
     def probe_all_ranks(self, objs: list[Obj], chain: Sequence[bytes]) -> set[Obj]:
         """Return the objects whose key exists for every DCP rank."""
@@ -111,7 +112,7 @@ class LoadRank:
 
 
 def serve(argv: list[str]) -> int:
-    job = json.loads(Path(argv[2]).read_text())
+    job = decode_job(json.loads(Path(argv[2]).read_text()))
     rank = int(argv[3])
     torch.set_num_threads(1)  # the pool, not intra-op threads, provides the parallelism
     lr = LoadRank(job, rank)
@@ -132,7 +133,7 @@ def serve(argv: list[str]) -> int:
             out.write(json.dumps(ans) + "\n")
             out.flush()
 
-    with ThreadPoolExecutor(max_workers=job.get("concurrency", 16)) as pool:
+    with ThreadPoolExecutor(max_workers=job.concurrency) as pool:
         try:
             for line in sys.stdin:
                 cmd = json.loads(line)

@@ -7,7 +7,6 @@ RankProcess, so device choice, backend, rendezvous and the NCCL device hop canno
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -19,15 +18,14 @@ from .mooncake_store import MooncakeKV
 class RankProcess:
     """This process as rank `rank` of WORLD_SIZE: device, backend, process group (file rendezvous), store."""
 
-    def __init__(self, rank: int, job: dict[str, Any], local_buffer_bytes: int = 16 << 20) -> None:
+    def __init__(self, rank: int, master: str, segment_bytes: int, local_buffer_bytes: int = 16 << 20) -> None:
         self.rank = rank
         self.world = int(os.environ["WORLD_SIZE"])
         self.device = select_device(rank)
         self.backend = select_backend(self.device, self.world)
         dist.init_process_group(self.backend, init_method=os.environ["KVSPEC_RENDEZVOUS"], rank=rank,
                                 world_size=self.world)
-        self.store = MooncakeKV(job["master"], segment_bytes=job.get("segment_bytes", 64 << 20),
-                                local_buffer_bytes=local_buffer_bytes)
+        self.store = MooncakeKV(master, segment_bytes=segment_bytes, local_buffer_bytes=local_buffer_bytes)
 
     def all_reduce_min(self, t: torch.Tensor) -> None:
         """MIN-reduce a CPU int tensor across ranks in place (through the device when the backend is NCCL)."""

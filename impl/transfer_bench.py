@@ -23,18 +23,21 @@ import torch
 from kvspec.spec.keys import compute_hash_chain
 
 from .device import needs_staging
-from .engine import RankEngine, RequestKV, registered
-from .rank import RankProcess
-from .worker import geometry_from_json, make_tokens
+from .engine import RequestKV, registered
+from .job import decode_job
+from .pipeline import RankPipeline
+from .worker import make_tokens
 
 
 def main(argv: list[str]) -> int:
-    job = json.loads(Path(argv[1]).read_text())
+    job = decode_job(json.loads(Path(argv[1]).read_text()))
     rank, out_path = int(argv[2]), argv[3]
-    rp = RankProcess(rank, job)
-    device, store, all_reduce_min = rp.device, rp.store, rp.all_reduce_min
-    g = geometry_from_json(job["geometry"])
-    n, width, mwidth = job["tokens"], job["width"], job["mamba_width"]
+    if job.transfer is None:
+        raise SystemExit("transfer_bench: the job has no transfer plan")
+    pipe = RankPipeline(job, rank)
+    rp, device, store = pipe.process, pipe.device, pipe.store
+    g, plan = job.geometry, job.transfer
+    n, width, mwidth = plan.tokens, job.width, plan.mamba_width
 
     def timed(fn: Any) -> tuple[float, Any]:
         rp.barrier()
@@ -49,8 +52,7 @@ def main(argv: list[str]) -> int:
 
     def iteration(k: int) -> dict[str, Any]:
         """Return one iteration's figures (all ranks in step)."""
-        eng = RankEngine(g, rank, store, device, width=width, cache_prefix=f"tb{k}",
-                         all_reduce_min=all_reduce_min, store_rule=job["store_rule"])
+        eng = pipe.engine(f"tb{k}")
         hot = RequestKV(g, n, width, device, mamba_width=mwidth)
         cold_a = RequestKV(g, n, width, device, mamba_width=mwidth)
         cold_b = RequestKV(g, n, width, device, mamba_width=mwidth)
@@ -108,7 +110,7 @@ def main(argv: list[str]) -> int:
     rows: list[dict[str, Any]] = []
     hot_staging = needs_staging(device)
     try:
-        for k in range(job["repeats"] + 1):
+        for k in range(plan.repeats + 1):
             row = iteration(k)
             if k > 0:  # iteration 0 warms up
                 rows.append(row)
@@ -116,7 +118,7 @@ def main(argv: list[str]) -> int:
         Path(out_path).write_text(json.dumps({"rank": rank, "device": str(device), "backend": rp.backend,
                                               "staging": hot_staging, "rows": rows}))
     finally:
-        rp.close()
+        pipe.close()
     return 0
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 
 import attrs
 
@@ -207,3 +207,32 @@ def compute_rank_fields(geometry: Geometry, rank: Rank) -> RankFields:
 def compute_group_ids(geometry: Geometry, kind: str) -> tuple[GroupId, ...]:
     """Return the ids of the groups of one kind, in id order."""
     return tuple(GroupId(i) for i, g in enumerate(geometry.groups) if g.kind == kind)
+
+
+# ---------------------------------------------------------------- JSON (the one geometry codec)
+
+GEOMETRY_KEYS = ("unit", "dcp", "interleave", "pcp", "retention", "groups")  # a geometry's input fields
+
+
+def encode_geometry_input(geometry: Geometry) -> dict[str, Any]:
+    """Return a geometry's input fields as JSON (the one geometry codec: scenarios, vectors, rank jobs)."""
+    p = geometry.parallel
+    return {"unit": geometry.unit, "dcp": p.dcp, "interleave": p.interleave, "pcp": p.pcp,
+            "retention": geometry.retention,
+            "groups": [{"kind": gr.kind, "block_size": gr.block_size, "eagle": gr.eagle} for gr in geometry.groups]}
+
+
+def decode_geometry_input(raw: Mapping[str, Any]) -> Geometry:
+    """Return the Geometry of a JSON object's geometry fields (defaults: u = 1, D = 1, replay); SpecError otherwise."""
+    groups_raw = raw.get("groups")
+    require(isinstance(groups_raw, list), "groups-nonempty", "groups must be a JSON list")
+    groups = []
+    for gr in cast(list[Any], groups_raw):
+        require(isinstance(gr, dict) and {"kind", "block_size"} <= set(gr) <= {"kind", "block_size", "eagle"},
+                "group-kind", f"a group is {{\"kind\", \"block_size\", \"eagle\"}}, got {gr!r}")
+        kind = gr["kind"]
+        groups.append(Group(kind=resolve_kind(kind) if isinstance(kind, str) else kind, block_size=gr["block_size"],
+                            eagle=gr.get("eagle", False)))
+    return Geometry(unit=raw.get("unit", 1), groups=tuple(groups),
+                    parallel=Parallel(dcp=raw.get("dcp", 1), interleave=raw.get("interleave", 1), pcp=raw.get("pcp", 1)),
+                    retention=raw.get("retention", "replay"))

@@ -15,13 +15,12 @@ from .errors import SpecError, require
 from .failure import compute_retry_cap, compute_safe_boundary
 from .geometry import (
     Geometry,
-    Group,
-    Parallel,
     compute_alignment,
     compute_lcm_span,
     compute_span,
+    decode_geometry_input,
+    encode_geometry_input,
     is_fine,
-    resolve_kind,
 )
 from .limits import (
     MAX_PROMPT,
@@ -201,12 +200,8 @@ _SCENARIO_KEYS = {"dcp", "unit", "groups", "retention", "stored_prompt", "stored
 
 def encode_scenario(scenario: Scenario) -> dict[str, Any]:
     """Return the JSON object of a scenario (the input format of --scenarios and of the vectors); decodes back equal."""
-    g = scenario.geometry
-    out: dict[str, Any] = {"unit": g.unit, "dcp": g.parallel.dcp, "interleave": g.parallel.interleave,
-                           "pcp": g.parallel.pcp, "retention": g.retention,
-                           "groups": [{"kind": gr.kind, "block_size": gr.block_size, "eagle": gr.eagle}
-                                      for gr in g.groups],
-                           "rules": scenario.rules, "prompt": scenario.prompt}
+    out: dict[str, Any] = {**encode_geometry_input(scenario.geometry), "rules": scenario.rules,
+                           "prompt": scenario.prompt}
     if scenario.objects is not None:
         out["stored"] = [{"group": gid, "boundary": t} for gid, t in sorted(scenario.objects)]
     else:
@@ -261,19 +256,7 @@ def decode_scenario(raw: Mapping[str, Any]) -> Scenario:
     require(isinstance(raw, dict), RULE_SCENARIO, "a scenario is a JSON object")
     extra = set(raw) - _SCENARIO_KEYS
     require(not extra, RULE_SCENARIO, f"unknown scenario keys: {', '.join(sorted(extra))}")
-    groups_raw = raw.get("groups")
-    require(isinstance(groups_raw, list), "groups-nonempty", "groups must be a JSON list")
-    groups = []
-    for gr in groups_raw:  # type: ignore[union-attr]
-        require(isinstance(gr, dict) and {"kind", "block_size"} <= set(gr) <= {"kind", "block_size", "eagle"},
-                "group-kind", f"a group is {{\"kind\", \"block_size\", \"eagle\"}}, got {gr!r}")
-        kind = gr["kind"]
-        groups.append(Group(kind=resolve_kind(kind) if isinstance(kind, str) else kind, block_size=gr["block_size"],
-                            eagle=gr.get("eagle", False)))
-    geometry = Geometry(unit=raw.get("unit", 1), groups=tuple(groups),
-                        parallel=Parallel(dcp=raw.get("dcp", 1), interleave=raw.get("interleave", 1),
-                                          pcp=raw.get("pcp", 1)),
-                        retention=raw.get("retention", "replay"))
+    geometry = decode_geometry_input(raw)
     legacy = raw.get("legacy", False)
     require(isinstance(legacy, bool), RULE_SCENARIO, f"legacy must be true or false, got {legacy!r}")
     require(not (legacy and "rules" in raw and raw["rules"] != "legacy"), RULE_SCENARIO,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+import attrs
 import pytest
 
 from kvspec.impl.mooncake_store import OBJECT_HAS_LEASE, OBJECT_NOT_FOUND, RPC_FAIL, RPC_TIMEOUT, TRANSFER_FAIL
@@ -12,7 +13,7 @@ from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.scenario import Scenario, StoredRequest
 
 from .conftest import require
-from .support.live import run
+from .support.live import build_job, compare, run, with_faults
 
 pytestmark = [pytest.mark.live, pytest.mark.faults]
 cluster = require("kvspec.impl.cluster")
@@ -30,27 +31,25 @@ def test_eviction_between_lookup_and_load(master, tmp_path):
     sc = lambda g: Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")  # noqa: E731
     t0 = time.monotonic()
     # attention tail object (0, 52) gone on rank 1: attention keeps [0, 32), no Mamba state below -> 0
-    totals = run(master, [sc(g_replay)], tmp_path / "a", "evict-att", [{"1": [[0, 52]]}])
+    totals = run(master, [sc(g_replay)], tmp_path / "a", "evict-att", [{1: [(0, 52)]}])
     assert totals["minus704"] == 1 and totals["bytes_wrong"] == 0 and totals["safe_below_hit"] == 2
     # vLLM 0.33.0's store rule: the attention tail is keyed at the checkpoint 52 plus the proof margin, H_56
     shipped = Scenario(geometry=g_replay, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="vllm-0.33.0")
-    totals = run(master, [shipped], tmp_path / "c", "evict-att-vllm", [{"1": [[0, 56]]}])
+    totals = run(master, [shipped], tmp_path / "c", "evict-att-vllm", [{1: [(0, 56)]}])
     assert totals["minus704"] == 1 and totals["bytes_wrong"] == 0 and totals["safe_below_hit"] == 2
     # Mamba state at h = 48 gone on rank 0 under dense retention: fall back to the checkpoint at 32
-    totals = run(master, [sc(g_dense)], tmp_path / "b", "evict-mamba", [{"0": [[1, 48]]}])
+    totals = run(master, [sc(g_dense)], tmp_path / "b", "evict-mamba", [{0: [(1, 48)]}])
     assert totals["minus704"] == 1 and totals["bytes_wrong"] == 0 and totals["bytes_compared"] > 0
     assert time.monotonic() - t0 < 120
 
 
 def test_store_full_is_not_cached(tmp_path):
     """Puts answered -200 (segment full) mean 'not cached': no error, every load still exact, time bounded."""
-    from .support.live import build_job
     g = geometry(2, "dense")
     scs = [Scenario(geometry=g, prompt=150, stored=(StoredRequest(prompt=150, shared=150),), rules="pr53324") for _ in range(10)]
     with cluster.running_master(str(tmp_path)) as m:
-        job = build_job(m.address, scs, "full")
-        job["width"] = 32768  # 2 MiB per attention shard: ~50 MiB of puts per rank into a 16 MiB segment
-        job["segment_bytes"] = 16 << 20  # the smallest segment Mooncake accepts: fills after a few requests
+        # 2 MiB per attention shard: ~50 MiB of puts per rank into the smallest segment Mooncake accepts (16 MiB)
+        job = attrs.evolve(build_job(m.address, scs, "full"), width=32768, segment_bytes=16 << 20)
         t0 = time.monotonic()
         ranks = cluster.run_ranks(job, 2, timeout_s=180, workdir=str(tmp_path))
         elapsed = time.monotonic() - t0
@@ -77,7 +76,6 @@ def _wait_for(paths, timeout=60):
 def test_master_killed_during_load_and_restarted(tmp_path):
     """The master dies after the lookup and comes back on the same port: loads fail (-900 / -704), nothing wrong
     is used, every earlier key is gone (a retry finds no hit), and it all ends in bounded time."""
-    from .support.live import build_job
     g = geometry(2, "dense")
     sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")
     sync = tmp_path / "sync"
@@ -92,7 +90,7 @@ def test_master_killed_during_load_and_restarted(tmp_path):
 
     try:
         job = build_job(m.address, [sc], "kill-master")
-        job["scenarios"][0].update(sync_dir=str(sync), relookup=True)
+        job = with_faults(job, 0, hold_before_load=str(sync), relookup=True)
         t0 = time.monotonic()
         ranks = cluster.run_ranks(job, 2, timeout_s=240, workdir=str(tmp_path / "job"), during=kill_and_restart)
         elapsed = time.monotonic() - t0
@@ -111,12 +109,11 @@ def test_master_killed_during_load_and_restarted(tmp_path):
 def test_rank_process_killed(tmp_path):
     """A rank process dies (SIGKILL) after storing: the survivors fail fast instead of hanging, every process is
     gone, and a fresh set of ranks finds no hit (the dead client's segment and shards are gone: E needs every rank)."""
-    from .support.live import build_job
     g = geometry(2, "replay")
     sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")
     with cluster.running_master(str(tmp_path)) as m:
         job = build_job(m.address, [sc], "kill-rank")
-        job["scenarios"][0]["crash_after_store"] = 1
+        job = with_faults(job, 0, crash_after_store=1)
         seen = {}
         t0 = time.monotonic()
         with pytest.raises(RuntimeError, match="rank"):
@@ -128,8 +125,8 @@ def test_rank_process_killed(tmp_path):
                 os.kill(pid, 0)
         time.sleep(3)  # client_ttl=2: the master drops the dead client's segment
         job2 = build_job(m.address, [Scenario(geometry=g, prompt=57, stored=())], "kill-rank")
-        job2["scenarios"][0]["prefix"] = job["scenarios"][0]["prefix"]
-        job2["scenarios"][0]["seed"] = job["scenarios"][0]["seed"]
+        job2 = attrs.evolve(job2, scenarios=(attrs.evolve(job2.scenarios[0], prefix=job.scenarios[0].prefix,
+                                                                    seed=job.scenarios[0].seed),))
         ranks = cluster.run_ranks(job2, 2, timeout_s=120, workdir=str(tmp_path / "b"))
     for r in ranks:
         s = r["scenarios"][0]
@@ -139,14 +136,12 @@ def test_rank_process_killed(tmp_path):
 def test_lease_blocks_removal(tmp_path):
     """The lookup's existence check grants a lease: a non-forced removal right after it answers -706, the object
     stays, and the load the spec predicts succeeds byte-exact."""
-    from .support.live import build_job, compare
     g = geometry(2, "replay")
     sc = Scenario(geometry=g, prompt=57, stored=(StoredRequest(prompt=57, shared=57),), rules="pr53324")
     m = cluster.start_master(str(tmp_path), lease_ttl_ms=10_000)
     try:
-        job = build_job(m.address, [sc], "lease", [{"0": [[0, 52]]}])
-        job["scenarios"][0]["evict_after_lookup"] = {}  # the spec expects nothing removed
-        job["scenarios"][0]["evict_after_lookup_unforced"] = {"0": [[0, 52]]}
+        # an unforced removal on rank 0: the spec expects nothing removed (the lease keeps it)
+        job = with_faults(build_job(m.address, [sc], "lease"), 0, evict_after_lookup_unforced={0: ((0, 52),)})
         ranks = cluster.run_ranks(job, 2, timeout_s=120, workdir=str(tmp_path / "job"))
     finally:
         m.stop()

@@ -19,6 +19,7 @@ from hypothesis.stateful import (
 )
 
 from kvspec.impl.engine import RankEngine
+from kvspec.impl.job import Job
 from kvspec.spec.failure import compute_retry_cap, compute_safe_boundary
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.keys import compute_hash_chain
@@ -113,10 +114,7 @@ class SpecVsRankProcesses(RuleBasedStateMachine):
 
 
 def test_stateful_rank_processes(master, tmp_path):
-    job = {"master": master.address, "model": "kvspec-live", "width": 4,
-           "geometry": {"unit": GEOMETRY.unit, "dcp": GEOMETRY.parallel.dcp, "retention": GEOMETRY.retention,
-                        "groups": [{"kind": g.kind, "block_size": g.block_size, "eagle": g.eagle}
-                                   for g in GEOMETRY.groups]}}
+    job = Job(master=master.address, model="kvspec-live", width=4, geometry=GEOMETRY)
     SpecVsRankProcesses.ranks = cluster.RankServers(job, GEOMETRY.parallel.dcp, str(tmp_path))
     try:
         run_state_machine_as_test(SpecVsRankProcesses, settings=settings(

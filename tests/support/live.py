@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import attrs
+
+from kvspec.impl.job import FaultPlan, Job, ScenarioJob
 from kvspec.impl.mooncake_store import OBJECT_NOT_FOUND
 from kvspec.impl.worker import make_tokens, request_tokens
 from kvspec.spec.failure import compute_safe_boundary
-from kvspec.spec.geometry import Geometry
 from kvspec.spec.keys import compute_lookahead_chain, render_key
 from kvspec.spec.plan import plan_load_keys, plan_store_keys
 from kvspec.spec.rules import get_rules
@@ -19,14 +21,10 @@ MODEL = "kvspec-live"
 _ids = itertools.count()
 
 
-def geometry_json(g: Geometry) -> dict[str, Any]:
-    return {"unit": g.unit, "dcp": g.parallel.dcp, "retention": g.retention,
-            "groups": [{"kind": x.kind, "block_size": x.block_size, "eagle": x.eagle} for x in g.groups]}
-
-
 def build_job(master: str, scenarios: list[Scenario], tag: str,
-              evict_after_lookup: list[dict[str, list[list[int]]]] | None = None) -> dict[str, Any]:
-    """Return a worker job: every scenario with its tokens' seed and the spec's predicted store keys per rank."""
+              evict_after_lookup: list[dict[int, list[tuple[int, int]]]] | None = None) -> Job:
+    """Return a worker job: every scenario with its tokens' seed and the spec's predicted store keys per rank
+    (`evict_after_lookup`: per scenario, rank -> objects removed, forced, between lookup and load)."""
     g = scenarios[0].geometry
     out = []
     for sc in scenarios:
@@ -34,19 +32,27 @@ def build_job(master: str, scenarios: list[Scenario], tag: str,
         seed = next(_ids) + 1
         prefix = f"{tag}-{seed}"
         base = make_tokens(seed, sc.prompt)
-        predicted: dict[str, list[str]] = {}
+        predicted: dict[int, list[str]] = {}
         lookahead = get_rules(sc.rules).lookahead
         for k, r in enumerate(sc.stored):
             toks = request_tokens(base, seed * 1000 + k + 1, r.prompt, r.shared)
             chain = compute_lookahead_chain(toks, g.unit, lookahead)
             for rank, key in plan_store_keys(g, sorted(compute_rule_store(get_rules(sc.rules), g, r.prompt)), chain, MODEL,
                                          prefix):
-                predicted.setdefault(str(rank), []).append(render_key(key))
-        out.append({"seed": seed, "prefix": prefix, "prompt": sc.prompt, "rules": sc.rules, "lookahead": lookahead,
-                    "stored": [{"prompt": r.prompt, "shared": r.shared} for r in sc.stored],
-                    "predicted_keys": predicted,
-                    "evict_after_lookup": (evict_after_lookup or [{}] * len(scenarios))[len(out)]})
-    return {"master": master, "model": MODEL, "geometry": geometry_json(g), "scenarios": out, "width": 8}
+                predicted.setdefault(int(rank), []).append(render_key(key))
+        evict = (evict_after_lookup or [{}] * len(scenarios))[len(out)]
+        out.append(ScenarioJob(seed=seed, prefix=prefix, prompt=sc.prompt, rules=sc.rules, lookahead=lookahead,
+                               stored=tuple((r.prompt, r.shared) for r in sc.stored),
+                               predicted_keys={r: tuple(ks) for r, ks in predicted.items()},
+                               faults=FaultPlan(evict_after_lookup={r: tuple(o) for r, o in evict.items()})))
+    return Job(master=master, model=MODEL, geometry=g, scenarios=tuple(out), width=8)
+
+
+def with_faults(job: Job, k: int, **faults: Any) -> Job:
+    """Return the job with scenario k's fault plan changed (FaultPlan's fields)."""
+    scs = list(job.scenarios)
+    scs[k] = attrs.evolve(scs[k], faults=attrs.evolve(scs[k].faults, **faults))
+    return attrs.evolve(job, scenarios=tuple(scs))
 
 
 def count_redundant_puts(stores: list[dict[str, Any]]) -> int:
@@ -56,24 +62,24 @@ def count_redundant_puts(stores: list[dict[str, Any]]) -> int:
     return len(puts) - len(set(puts))
 
 
-def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, int]:
+def compare(scenarios: list[Scenario], job: Job, ranks: list[dict[str, Any]]) -> dict[str, int]:
     """Assert impl == spec on stored keys, hit, tails, load keys and bytes; return the byte counts."""
     g = scenarios[0].geometry
     totals = {"bytes_compared": 0, "bytes_wrong": 0, "keys_put": 0, "loads": 0, "minus704": 0, "safe_below_hit": 0,
               "draft_lookahead_bytes": 0}
     for k, sc in enumerate(scenarios):
-        js = job["scenarios"][k]
+        js = job.scenarios[k]
         spec = evaluate_scenario(sc)
-        base = make_tokens(js["seed"], sc.prompt)
-        chain = compute_lookahead_chain(base, g.unit, js["lookahead"])
+        base = make_tokens(js.seed, sc.prompt)
+        chain = compute_lookahead_chain(base, g.unit, js.lookahead)
         load_keys: dict[int, list[str]] = {}
-        for rank, key in plan_load_keys(g, spec.load, chain, MODEL, js["prefix"]):
+        for rank, key in plan_load_keys(g, spec.load, chain, MODEL, js.prefix):
             load_keys.setdefault(rank, []).append(render_key(key))
         for res in ranks:
             r = res["rank"]
             got = res["scenarios"][k]
             where = f"scenario {k} rank {r}: {sc!r}"
-            predicted = set(js["predicted_keys"].get(str(r), []))
+            predicted = set(js.predicted_keys.get(r, ()))
             put = {key for st in got["stores"] for key in st["put"]}
             assert put <= predicted, f"{where}: put keys outside the prediction: {sorted(put - predicted)[:3]}"
             redundant = count_redundant_puts(got["stores"])
@@ -85,8 +91,7 @@ def compare(scenarios: list[Scenario], job: dict[str, Any], ranks: list[dict[str
             assert [tuple(t) for t in got["tails"]] == [tuple(t) for t in spec.tails], \
                 f"{where}: tails {got['tails']} != spec {spec.tails}"
             assert got["load"]["keys"] == load_keys.get(r, []), f"{where}: load keys differ from the spec's"
-            evicted = {(int(x), int(t)): int(rr) for rr, objs in js.get("evict_after_lookup", {}).items()
-                       for x, t in objs}
+            evicted = js.faults.removed_after_lookup  # object -> the rank that lost it
             want_ok = [e.present and evicted.get((e.group, e.key_boundary), -1) != r for e in spec.load]
             got_ok = [rc >= 0 for rc in got["load"]["results"]]
             assert got_ok == want_ok, f"{where}: load results {got['load']['results']} vs expected {want_ok}"

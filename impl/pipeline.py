@@ -1,0 +1,104 @@
+"""One DCP rank's pipeline, in one place: store a request, look it up with every rank, load it into a cold
+cache, close a partly failed load, check the loaded bytes against a cold prefill.
+
+Both entry points of a rank process (impl/worker.py: a job of scenarios, and the command server the
+stateful tests drive) run this object, so the collective steps, the probe and the checks cannot drift
+apart between them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from kvspec.spec.keys import compute_lookahead_chain
+
+from .engine import RankEngine, RequestKV, registered
+from .job import Job
+from .mooncake_store import MooncakeKV
+from .rank import RankProcess
+from .reports import LoadReport, LookupReport, StoreReport
+
+
+@attrs.frozen(kw_only=True)
+class LoadCheck:
+    """A load on this rank and its verdict: which blocks every rank got, the safe boundary, the bytes checked."""
+
+    load: LoadReport
+    everywhere: tuple[bool, ...]  # per plan entry: every rank loaded it (MIN-all-reduced)
+    safe: int  # where the failure closure leaves the request
+    bytes_compared: int
+    bytes_wrong: int
+    draft_lookahead_bytes: int  # mismatches at a draft block's last position (the draft-KV hazard), counted apart
+    seconds: float  # the load alone
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON object of the check (the load report nested)."""
+        return {"load": {**self.load.to_json(), "seconds": self.seconds}, "ok": list(self.everywhere),
+                "safe": self.safe, "bytes_compared": self.bytes_compared, "bytes_wrong": self.bytes_wrong,
+                "draft_lookahead_bytes": self.draft_lookahead_bytes}
+
+
+class RankPipeline:
+    """This process as one DCP rank of a job: the rank's plumbing (RankProcess) and the steps every entry point runs."""
+
+    def __init__(self, job: Job, rank: int) -> None:
+        self.job, self.rank, self.geometry = job, rank, job.geometry
+        self.process = RankProcess(rank, job.master, job.segment_bytes)
+
+    @property
+    def store(self) -> MooncakeKV:
+        return self.process.store
+
+    @property
+    def device(self) -> torch.device:
+        return self.process.device
+
+    def engine(self, prefix: str = "", store_rule: str | None = None, lookahead: int = 0) -> RankEngine:
+        """Return this rank's engine for one key namespace (store rule: the job's unless given)."""
+        return RankEngine(self.geometry, self.rank, self.store, self.device, width=self.job.width, model=self.job.model,
+                          cache_prefix=prefix, all_reduce_min=self.process.all_reduce_min,
+                          store_rule=store_rule or self.job.store_rule, lookahead=lookahead)
+
+    def chain(self, eng: RankEngine, tokens: Sequence[int]) -> list[bytes]:
+        """Return the request's hash chain (each hash covering λ tokens past its unit)."""
+        return list(compute_lookahead_chain(tokens, self.geometry.unit, eng.lookahead))
+
+    def store_request(self, eng: RankEngine, tokens: Sequence[int]) -> StoreReport:
+        """Prefill the request into a registered cache and store its objects."""
+        with registered(self.store, RequestKV(self.geometry, len(tokens), eng.width, self.device)) as kv:
+            eng.prefill(tokens, kv)
+            return eng.store_request(tokens, self.chain(eng, tokens), kv)
+
+    def lookup(self, eng: RankEngine, tokens: Sequence[int], legacy: bool = False, cap: int | None = None) -> LookupReport:
+        """Return the hit and tail boundaries every rank agrees on (collective)."""
+        return eng.lookup(self.chain(eng, tokens), len(tokens), legacy=legacy, cap=cap)
+
+    def load_and_check(self, eng: RankEngine, tokens: Sequence[int], look: LookupReport) -> LoadCheck:
+        """Load the hit into a cold cache, close what failed on any rank, compare [0, safe) with a cold prefill
+        (collective)."""
+        chain = self.chain(eng, tokens)
+        cold = RequestKV(self.geometry, len(tokens), eng.width, self.device)
+        t0 = time.perf_counter()
+        with registered(self.store, cold):
+            ld = eng.load(chain, look.hit, look.tails, cold)
+        seconds = time.perf_counter() - t0
+        bits = torch.tensor([1 if x else 0 for x in ld.loaded], dtype=torch.int32)
+        self.process.all_reduce_min(bits)  # a block counts only if every rank loaded it
+        everywhere = tuple(bool(x) for x in bits.tolist())
+        safe = eng.safe_boundary(look.hit, ld.plan, everywhere, lambda objs: eng.probe_everywhere(objs, chain))
+        compared, wrong, draft = eng.compare_with_cold(tokens, safe, cold, ld.plan, everywhere, mamba=safe == look.hit)
+        return LoadCheck(load=ld, everywhere=everywhere, safe=safe, bytes_compared=compared, bytes_wrong=wrong,
+                         draft_lookahead_bytes=draft, seconds=seconds)
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        self.process.barrier()
+
+    def close(self) -> None:
+        """Close the store client and leave the process group."""
+        self.process.close()
