@@ -1,0 +1,65 @@
+"""`make verify` as a runner: the table fails on any failed row, --list / --only / --junit, a row that checked nothing
+fails, every mutant of the table is caught."""
+
+from __future__ import annotations
+
+from .conftest import require
+
+require("z3")
+
+from kvspec.checks.exhaustive import iterate_all  # noqa: E402
+from kvspec.checks.mutants import MUTANTS, hunt  # noqa: E402
+from kvspec.checks.verify import format_table, summarize  # noqa: E402
+
+
+def test_unknown_counts_as_failure_in_the_table():
+    from kvspec.checks.manifest import Row
+    row = Row(id="X@g", statement="s", method="z3", expected="proved", result="unknown FAIL", ok=False, seconds=0.3,
+              detail={"rests_on": "-", "budget_s": 0.3, "reason": "timeout", "precondition": "-", "queries": 2,
+                      "rlimit": 200_000, "rlimit_used": 200_000})
+    report = summarize([row], fast=True)
+    assert report["ok"] is False and "VERIFY: FAILED" in format_table(report)
+
+
+
+def test_every_mutant_is_caught_quickly():
+    """Scenario mutants by the registry on the scope; closure mutants are hunted over failed loads
+    (tests/test_failure.py, make verify's MUT-closure-* rows)."""
+    for m in MUTANTS:
+        if not m.closure:
+            caught, sc, n = hunt(m, iterate_all(dcps=(2, 8)))
+            assert caught, m.name
+
+
+def test_verify_only_list_and_junit(tmp_path, capsys):
+    """--list names every row; --only runs the rows it matches; --junit writes one testcase per row."""
+    import xml.etree.ElementTree as ET
+
+    import pytest
+
+    from kvspec.checks.cli import main
+    assert main(["verify", "--list"]) == 0
+    ids = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
+    assert {"EXHAUSTIVE", "LEGACY-I-20", "FAIL-exhaustive", "MUT-legacy-tail-key", "MUT-closure-keeps-hit"} <= set(ids)
+    junit = tmp_path / "r" / "verify.xml"
+    assert main(["verify", "--only", "MUT-legacy-tail-key", "I-6", "--junit", str(junit)]) == 0
+    out, err = capsys.readouterr()
+    assert "VERIFY: OK" in out and "verify: [2/2]" in err  # a progress line per task
+    suite = ET.parse(junit).getroot()
+    assert suite.get("tests") == "2" and suite.get("failures") == "0"
+    assert sorted(c.get("name") for c in suite.iter("testcase")) == ["I-6", "MUT-legacy-tail-key"]
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--only", "NO-SUCH-CHECK"])
+    assert exc.value.code == 2 and "verify-only" in capsys.readouterr().err
+
+
+def test_a_row_that_checked_nothing_fails():
+    """An exhaustive, link or property row over no input shows nothing: it fails instead of passing."""
+    from kvspec.checks.exhaustive import SCOPE_SMALL
+    from kvspec.checks.link import LINK_SCOPE
+    from kvspec.checks.manifest import ExhaustiveCheck, LinkCheck, PropertyCheck
+    empty = {"n": 0, "bad": [], "fails": 0, "above": 0, "seconds": 0.0}
+    assert not ExhaustiveCheck(id="E", scope=SCOPE_SMALL).render([empty]).ok
+    assert not LinkCheck(id="L", scope=LINK_SCOPE).render([empty]).ok
+    assert not PropertyCheck(prop="RESEND", rules="vllm-0.33.0", expected="holds").render([empty]).ok
+    assert ExhaustiveCheck(id="E", scope=SCOPE_SMALL).render([{**empty, "n": 1}]).ok
