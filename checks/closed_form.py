@@ -78,6 +78,7 @@ class ClosedForm:
     tail_attention: Any  # B_att (MISSING when none)
     tail_mamba: Any  # B_mamba (MISSING when none)
     replay: Any = None  # R = ⌊⌊(P−1)/u⌋/q⌋·q, the replay checkpoint (units)
+    retention: tuple[Any, ...] = ()  # the names of the Mamba states retention keeps (R; vLLM's EAGLE R1, R2)
 
 
 VLLM = "vllm-0.33.0"
@@ -108,6 +109,7 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
         r1 = ops.let("R1", ops.max(ops.floordiv(p1, m) * m - m, 0))
         r2 = ops.let("R2", ops.max(ops.floordiv(pu, m) * m - m, 0))
     else:
+        r1 = r2 = None
         tail = ops.let("T", pu - e)
         tail_vis = ops.let("tail_vis", ops.And(fine, tail > 0, ops.mod(tail, q) != 0, tail <= su))
 
@@ -162,7 +164,7 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
 
     cf = ClosedForm(m=m, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail, tail_vis=tail_vis, sel=sel, nb=nb,
                     inside=inside, reach=r, hit=hit, mamba_calls=calls, tail_attention=tail_of(att_has, m),
-                    tail_mamba=tail_of(mam_has, q), replay=replay)
+                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2) if rule == VLLM else (replay,))
     return cf, att_has, mam_has
 
 

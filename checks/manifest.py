@@ -69,7 +69,7 @@ class Check(Protocol):
 @functools.lru_cache(maxsize=1)
 def _theorems() -> dict[str, Any]:
     from .prove import compute_theorems
-    return {t.name: t for t in compute_theorems(vllm=True)}
+    return {t.name: t for t in compute_theorems()}
 
 
 @attrs.frozen(kw_only=True)
@@ -422,11 +422,11 @@ EFFICIENCY: tuple[tuple[str, str, str, int], ...] = (  # (property, rule set, ex
 
 @functools.lru_cache(maxsize=2)
 def compute_manifest(full: bool = False) -> tuple[Check, ...]:
-    """Return every check of `make verify`, in table order; `full` (make verify-full): the Z3 chain under vLLM 0.33.0's
-    rules too, and no property row samples its scope."""
+    """Return every check of `make verify`, in table order; `full` (make verify-full): no property row samples its
+    scope."""
     from .mutants import MUTANTS
     from .prove import compute_theorems
-    out: list[Check] = [TheoremCheck(id=t.name) for t in compute_theorems(vllm=full)]
+    out: list[Check] = [TheoremCheck(id=t.name) for t in compute_theorems()]
     out += [ExhaustiveCheck(id="EXHAUSTIVE", scope=SCOPE_SMALL),
             ExhaustiveCheck(id="EXHAUSTIVE/vllm-0.33.0", scope=SCOPE_SMALL_VLLM),
             LinkCheck(id="LINK-exhaustive", scope=LINK_SCOPE), LinkHypothesisCheck(),

@@ -53,9 +53,8 @@ class Theorem:
     build: Callable[[Z3Ops], Query]
     expected: str = "proved"  # or "refuted"
     budget_s: float = 20.0  # expected wall seconds on an idle 2-core machine (scheduling order, the table)
-    rlimit: int = 200_000_000  # Z3 resource units per query (the pipeline, when it goes first, gets a quarter):
+    rlimit: int = 200_000_000  # Z3 resource units per query (the pipeline, tried first, gets a quarter):
     # the budget, counted by Z3 itself, so a busy machine cannot turn a proof into "unknown"
-    portfolio: tuple[str, ...] = ("pipeline", "default")  # the solvers tried in turn per query (SOLVERS)
     rests_on: str = "z3 alone"
     replay: Callable[[dict[str, int]], bool] | None = None  # on ints: does the claim fail at this model?
     div_vars: bool = False  # quotient variables for divisions by symbolic terms (see Z3Ops)
@@ -162,9 +161,10 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
                   has_tail_facts(ops, x, cf, att_has, mam_has))
         ys, hms = frozenset(str(y) for y, _ in cf.mamba_calls), frozenset(str(hm) for _, hm in cf.mamba_calls)
         hit = _hit_names(cf)
-        # step k hides: any attention hit y (the Mamba lemma holds for every y); the Mamba hits; the whole hit;
-        # the hit and the tails
-        opaque = (ys, hms, hit, hit | {str(cf.tail_attention), str(cf.tail_mamba)})
+        # step k hides: any attention hit y (the Mamba lemma holds for every y); the Mamba hits; the whole hit and
+        # which Mamba states retention keeps (the tails need only that a state is at h); the hit and the tails
+        kept = frozenset(str(r) for r in cf.retention)
+        opaque = (ys, hms | kept, hit | kept, hit | kept | {str(cf.tail_attention), str(cf.tail_mamba)})
         k = STEPS.index(step) if step in STEPS else len(STEPS)
         if k < len(STEPS):
             return Query(pre=ops.And(pre_params(ops, x), *claims[:k]), claim=claims[k], variables=v, opaque=opaque[k])
@@ -274,9 +274,9 @@ ALL = "u, q, D, P, N, S symbolic"
 SYMBOLIC: dict[str, Any] = dict(div_vars=True, split=True, product_lemmas=True)
 
 
-def compute_theorems(vllm: bool = False) -> tuple[Theorem, ...]:
-    """Return every theorem `make verify` proves or refutes (with vllm: also the chain under vLLM 0.33.0's store
-    rule, which `make verify-full` runs: its tail lemma does not yet prove within the budget, an open step)."""
+def compute_theorems() -> tuple[Theorem, ...]:
+    """Return every theorem `make verify` proves or refutes: the arithmetic invariants, the scenario chain under the
+    PR's store rule and under vLLM 0.33.0's, the failure closure, the legacy rule's refutation."""
     out = [Theorem(name=f"{inv.id}", statement=inv.statement + " [all integers]", build=_arith(inv.id),
                    budget_s=30.0, replay=_replay_arith(inv.id), precondition=_words(inv.pre))
            for inv in REGISTRY if inv.kind == "arith"]
@@ -298,30 +298,25 @@ def compute_theorems(vllm: bool = False) -> tuple[Theorem, ...]:
                        rests_on=CHAIN + "; link with an equal-spec draft group",
                        replay=_replay_scenario("I-20", draft=True), precondition=_pre(ALL, STEPS), **SYMBOLIC))
     vr = "vllm-0.33.0"
-    if vllm:  # the same chain under vLLM 0.33.0's store rule (closed_form.compute_closed_form(rule=...), LINK-vllm-*)
-        closed_vllm = CLOSED.replace("closed form (", "closed form under vLLM 0.33.0's store rule (") + " (LINK-vllm)"
-        for k, step in enumerate(STEPS):
-            # the tail lemma: each block-position conjunct falls to the default solver alone (≤ 150M units each,
-            # ≈ 130 s in all); the pipeline first spends its share on every conjunct for nothing
-            tails = step == STEPS[2]
-            out.append(Theorem(name=f"{step}@{vr}", statement=lemmas[step] + f" [every u, q, D; rules {vr}]",
-                               build=_chain(step, rule=vr), budget_s=140.0 if tails else 60.0,
-                               portfolio=("default",) if tails else ("pipeline", "default"),
-                               rlimit=300_000_000 if tails else 200_000_000,
-                               rests_on="; ".join((*(f"{st}@{vr}" for st in STEPS[:k]), closed_vllm)),
-                               replay=_replay_scenario(step, rule=vr), precondition=_pre(ALL, STEPS[:k]), **SYMBOLIC))
-        chain_vllm = "; ".join((*(f"{st}@{vr}" for st in STEPS), closed_vllm))
-        for inv in REGISTRY:
-            if inv.kind == "scenario":
-                out.append(Theorem(name=f"{inv.id}@{vr}", statement=inv.statement + f" [every u, q, D; rules {vr}]",
-                                   build=_chain(inv.id, rule=vr), budget_s=40.0, rests_on=chain_vllm,
-                                   replay=_replay_scenario(inv.id, rule=vr), precondition=_pre(ALL, STEPS),
-                                   **SYMBOLIC))
-        out.append(Theorem(name=f"I-20/draft@{vr}", statement="every load key is stored, equal-spec draft group "
-                           f"[every u, q, D; rules {vr}]", build=_chain("I-20", draft=True, rule=vr), budget_s=40.0,
-                           rests_on=chain_vllm + "; link with an equal-spec draft group",
-                           replay=_replay_scenario("I-20", draft=True, rule=vr), precondition=_pre(ALL, STEPS),
-                           **SYMBOLIC))
+    # the same chain under vLLM 0.33.0's store rule (closed_form.compute_closed_form(rule=...), LINK-vllm-*)
+    closed_vllm = CLOSED.replace("closed form (", "closed form under vLLM 0.33.0's store rule (") + " (LINK-vllm)"
+    for k, step in enumerate(STEPS):
+        out.append(Theorem(name=f"{step}@{vr}", statement=lemmas[step] + f" [every u, q, D; rules {vr}]",
+                           build=_chain(step, rule=vr), budget_s=60.0,
+                           rests_on="; ".join((*(f"{st}@{vr}" for st in STEPS[:k]), closed_vllm)),
+                           replay=_replay_scenario(step, rule=vr), precondition=_pre(ALL, STEPS[:k]), **SYMBOLIC))
+    chain_vllm = "; ".join((*(f"{st}@{vr}" for st in STEPS), closed_vllm))
+    for inv in REGISTRY:
+        if inv.kind == "scenario":
+            out.append(Theorem(name=f"{inv.id}@{vr}", statement=inv.statement + f" [every u, q, D; rules {vr}]",
+                               build=_chain(inv.id, rule=vr), budget_s=40.0, rests_on=chain_vllm,
+                               replay=_replay_scenario(inv.id, rule=vr), precondition=_pre(ALL, STEPS),
+                               **SYMBOLIC))
+    out.append(Theorem(name=f"I-20/draft@{vr}", statement="every load key is stored, equal-spec draft group "
+                       f"[every u, q, D; rules {vr}]", build=_chain("I-20", draft=True, rule=vr), budget_s=40.0,
+                       rests_on=chain_vllm + "; link with an equal-spec draft group",
+                       replay=_replay_scenario("I-20", draft=True, rule=vr), precondition=_pre(ALL, STEPS),
+                       **SYMBOLIC))
     for inv_id in FAILURE_THEOREMS:
         out.append(Theorem(name=f"{inv_id}/z3", statement=get_invariant(inv_id).statement + " [every u, q, D; every "
                            "first failed attention block, Mamba block loaded or not]", build=_failure(inv_id),
@@ -339,8 +334,8 @@ def compute_theorems(vllm: bool = False) -> tuple[Theorem, ...]:
     return tuple(out)
 
 
-# The solvers a theorem's portfolio names: a preprocessing pipeline that turns nested if-then-else into linear
-# case splits, and Z3's default solver.  Any definite answer counts; unknown from every one is a failure.
+# The portfolio, tried in this order per query: a preprocessing pipeline that turns nested if-then-else into linear
+# case splits, then Z3's default solver.  Any definite answer counts; unknown from both is a failure.
 SOLVERS: dict[str, Callable[[Any], Any]] = {
     "pipeline": lambda z3: z3.Then("simplify", "propagate-values", "solve-eqs", "purify-arith", "elim-term-ite",
                                    "lia2card", "smt").solver(),
@@ -371,8 +366,7 @@ def _query(th: Theorem, name: str, q: Query, goal: Any, ops: Z3Ops, guarded: boo
     plain, guards = ops.compute_cone(pre, goal, opaque=q.opaque)
     defs = guards if guarded else plain
     solver = SOLVERS[name](z3)
-    first = name == th.portfolio[0] and len(th.portfolio) > 1
-    solver.set("rlimit", th.rlimit // 4 if name == "pipeline" and first else th.rlimit)  # a pipeline first: a quarter
+    solver.set("rlimit", th.rlimit // 4 if name == "pipeline" else th.rlimit)  # the pipeline gets a quarter
     solver.set("timeout", max(1, int(1000 * (deadline - time.perf_counter()))))
     solver.add(pre, *defs, z3.Not(goal))
     if th.product_lemmas:
@@ -404,7 +398,7 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
         goals.append((z3.And(*ops.side), th.div_vars))
     reasons, queries, most = [], 0, 0
     for goal, guarded in goals:
-        for name in th.portfolio:
+        for name in SOLVERS:
             res, solver, used = _query(th, name, q, goal, ops, guarded, deadline)
             queries, most = queries + 1, max(most, used)
             if res == z3.unsat:

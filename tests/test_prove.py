@@ -175,16 +175,3 @@ def test_failure_closure_theorems_can_fail(monkeypatch):
     v = prove(th)
     assert v.answer == "refuted" and v.model is not None and v.model["f"] >= 0
 
-
-def test_a_theorem_tries_only_the_solvers_of_its_portfolio():
-    """The portfolio names the solvers tried per query: a claim neither proves reports one query per solver named."""
-    def hard(ops: Z3Ops):
-        z3 = ops.z3
-        x, y, z, k = z3.Ints("x y z k")
-        pre = z3.And(x >= 1, y >= 1, z >= 1, k >= 3, k <= 40)
-        return Query(pre=pre, claim=z3.Not(x ** k + y ** k == z ** k), variables={"x": x, "y": y, "z": z})
-    both = prove(Theorem(name="FERMAT-2", statement="two solvers", build=hard, rlimit=200_000))
-    one = prove(Theorem(name="FERMAT-1", statement="one solver", build=hard, rlimit=200_000, portfolio=("default",)))
-    assert (both.answer, both.queries) == ("unknown", 2) and (one.answer, one.queries) == ("unknown", 1)
-    vllm_tails = next(t for t in compute_theorems(vllm=True) if t.name == "LEMMA-TAILS@vllm-0.33.0")
-    assert vllm_tails.portfolio == ("default",)
