@@ -161,9 +161,11 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
                   has_tail_facts(ops, x, cf, att_has, mam_has))
         ys, hms = frozenset(str(y) for y, _ in cf.mamba_calls), frozenset(str(hm) for _, hm in cf.mamba_calls)
         hit = _hit_names(cf)
-        # step k hides: any attention hit y (the Mamba lemma holds for every y); the Mamba hits; the whole hit and
-        # which Mamba states retention keeps (the tails need only that a state is at h); the hit and the tails
-        kept = frozenset(str(r) for r in cf.retention)
+        # step k hides: any attention hit y (the Mamba lemma holds for every y); the Mamba hits, which Mamba states
+        # retention keeps and where the sub-block tail T lies (the shape needs only that a state is at h and T's
+        # visibility); the whole hit and the same; the hit and the tails.  Hiding more fails closed: a proof that
+        # needs a hidden definition ends in a spurious model, never in "proved".
+        kept = frozenset(str(r) for r in cf.retention) | {str(cf.tail)}
         opaque = (ys, hms | kept, hit | kept, hit | kept | {str(cf.tail_attention), str(cf.tail_mamba)})
         k = STEPS.index(step) if step in STEPS else len(STEPS)
         if k < len(STEPS):
