@@ -82,34 +82,45 @@ class ClosedForm:
 
 
 VLLM = "vllm-0.33.0"
+LOOKAHEAD = "vllm-0.33.0-lookahead"  # vLLM 0.33.0's rules with hash lookahead λ = 1 (kvspec's proposal)
 
 
 def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[ClosedForm, Any, Any]:
-    """Return the closed form and the membership functions of E, in units, under the PR's store rule or vLLM 0.33.0's.
+    """Return the closed form and the membership functions of E, in units, under the PR's store rule, vLLM 0.33.0's,
+    or vLLM 0.33.0's with hash lookahead λ = 1.
 
     vLLM 0.33.0 (rule "vllm-0.33.0"): the checkpoint C = ⌊P/u⌋ − 1 with EAGLE, else ⌊(P−1)/u⌋ (a = u here);
     attention publishes its blocks up to C + e, so its one boundary off the block grid is T = C + e (fine mode,
     C > 0, T not a multiple of m); Mamba keeps the state at C and, dense, every block end up to ⌊P/u⌋, replay,
     ⌊(P−1)/u⌋ aligned to q, or with EAGLE ⌊⌊(P−1)/u⌋/m⌋·m − m and ⌊⌊P/u⌋/m⌋·m − m.
+    With lookahead ("vllm-0.33.0-lookahead"): no EAGLE drop (e = 0 whatever the flag); a hash names [0, t + 1), so
+    the last boundary with a hash is ⌊(P−1)/u⌋ (full blocks and dense states stop there, C = ⌊(P−1)/u⌋), an
+    object is visible when t + 1 <= S (t <= ⌊(S−1)/u⌋), and the lookup's bound and tail scan end at ⌊(N−1)/u⌋.
     """
-    q, e = x.q, x.e
+    lookahead = rule == LOOKAHEAD
+    vllm = rule in (VLLM, LOOKAHEAD)
+    q, e = x.q, (0 if lookahead else x.e)
     m = ops.let("m", q * x.d)
     fine = m > 1
     pu = ops.let("Pu", ops.floordiv(x.p, x.u))
     p1 = ops.let("P1u", ops.floordiv(ops.max(x.p - 1, 0), x.u))
     nu = ops.let("Nu", ops.floordiv(x.n, x.u))
     n1 = ops.let("N1u", ops.floordiv(x.n - 1, x.u))
-    su = ops.let("Su", ops.floordiv(x.s_shared, x.u))
-    full = ops.let("F", ops.floordiv(pu, m) * m)
+    # visible: t <= ⌊S/u⌋, or with lookahead t + 1 <= S, i.e. t <= ⌊(S−1)/u⌋ (clamped at 0: every boundary is >= 1)
+    su = ops.let("Su", ops.floordiv(ops.max(x.s_shared - 1, 0), x.u) if lookahead else ops.floordiv(x.s_shared, x.u))
+    hashed = p1 if lookahead else pu  # the last boundary with a hash (units)
+    top = n1 if lookahead else nu  # the lookup's bound and the top of its tail scan (units)
+    full = ops.let("F", ops.min(ops.floordiv(pu, m) * m, p1) if lookahead else ops.floordiv(pu, m) * m)
     replay = ops.let("R", ops.floordiv(p1, q) * q)
-    if rule == VLLM:
-        ck = ops.let("C", ops.If(e == 1, ops.max(pu - 1, 0), p1))
+    r1 = r2 = None
+    if vllm:
+        ck = ops.let("C", p1 if lookahead else ops.If(e == 1, ops.max(pu - 1, 0), p1))
         tail = ops.let("T", ck + e)
         tail_vis = ops.let("tail_vis", ops.And(fine, ck > 0, ops.mod(tail, m) != 0, tail <= su))
-        r1 = ops.let("R1", ops.max(ops.floordiv(p1, m) * m - m, 0))
-        r2 = ops.let("R2", ops.max(ops.floordiv(pu, m) * m - m, 0))
+        if not lookahead:
+            r1 = ops.let("R1", ops.max(ops.floordiv(p1, m) * m - m, 0))
+            r2 = ops.let("R2", ops.max(ops.floordiv(pu, m) * m - m, 0))
     else:
-        r1 = r2 = None
         tail = ops.let("T", pu - e)
         tail_vis = ops.let("tail_vis", ops.And(fine, tail > 0, ops.mod(tail, q) != 0, tail <= su))
 
@@ -117,9 +128,10 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
         return ops.Or(ops.And(t >= 1, ops.divides(m, t), t <= full, t <= su), ops.And(tail_vis, t == tail))
 
     def mam_has(t: Any) -> Any:
-        if rule == VLLM:
-            dense = ops.And(t >= 1, ops.divides(q, t), t <= pu, t <= su)
-            kept = ops.And(t >= 1, t <= su, ops.If(e == 1, ops.Or(t == r1, t == r2), t == replay))
+        if vllm:
+            dense = ops.And(t >= 1, ops.divides(q, t), t <= hashed, t <= su)
+            at = ops.Or(t == r1, t == r2) if r1 is not None else t == replay
+            kept = ops.And(t >= 1, t <= su, ops.If(e == 1, at, t == replay) if r1 is not None else at)
             return ops.Or(ops.If(x.dense == 1, dense, kept), ops.And(ck > 0, t == ck, t <= su))
         ckpt = ops.And(t >= 1, ops.divides(q, t), t <= replay, t <= su, ops.Or(x.dense == 1, t == replay))
         return ops.Or(ckpt, ops.And(tail_vis, t == tail))
@@ -131,25 +143,26 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
         return nb, inside, r, ops.let("y", ops.max(ops.If(ops.And(e == 1, r > 0), r - 1, r), 0))
 
     def mamba_at(h_att: Any) -> Any:
-        if rule == VLLM:
+        if vllm:
             lim = ops.min(su, h_att)
 
             def kept(t: Any) -> Any:
                 return ops.If(ops.And(t > 0, t <= lim), t, 0)
 
-            dense = ops.floordiv(ops.max(ops.min(pu, lim), 0), q) * q
-            part = ops.If(x.dense == 1, dense, ops.If(e == 1, ops.max(kept(r1), kept(r2)), kept(replay)))
+            dense = ops.floordiv(ops.max(ops.min(hashed, lim), 0), q) * q
+            at = ops.If(e == 1, ops.max(kept(r1), kept(r2)), kept(replay)) if r1 is not None else kept(replay)
+            part = ops.If(x.dense == 1, dense, at)
             return ops.let("h_m", ops.max(part, kept(ck)))
         ckpt = ops.If(x.dense == 1, ops.floordiv(ops.max(ops.min(ops.min(replay, su), h_att), 0), q) * q,
                       ops.If(ops.And(replay > 0, replay <= su, replay <= h_att), replay, 0))
         tail_m = ops.If(ops.And(tail_vis, tail <= h_att), tail, 0)
         return ops.let("h_m", ops.max(ckpt, tail_m))
 
-    at_top, at_below = attention_at(nu), attention_at(n1)
+    at_top, at_below = attention_at(top), attention_at(n1)
     calls = ((at_top[3], mamba_at(at_top[3])), (at_below[3], mamba_at(at_below[3])))
-    h1 = ops.let("h1", ops.If(nu <= 0, 0, calls[0][1]))
+    h1 = ops.let("h1", ops.If(top <= 0, 0, calls[0][1]))
     again = h1 > n1  # u·h1 >= N: derive again at ⌊(N−1)/u⌋
-    sel = ops.let("sel", ops.If(again, n1, nu))
+    sel = ops.let("sel", ops.If(again, n1, top))
     nb, inside, r = (ops.let(name, ops.If(again, lo, hi)) for name, lo, hi in
                      zip(("nb", "inside", "r"), at_below[:3], at_top[:3]))
     hit = ops.let("h", ops.If(again, ops.If(n1 <= 0, 0, calls[1][1]), h1))
@@ -157,14 +170,14 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
     def tail_of(has: Any, span: Any) -> Any:
         c = ops.cdiv(hit, span) - 1
         end = (c + 1) * span
-        t_in = ops.And(tail_vis, hit < tail, tail <= end, tail <= nu)
-        full_in = ops.And(has(end), hit < end, end <= nu)
+        t_in = ops.And(tail_vis, hit < tail, tail <= end, tail <= top)
+        full_in = ops.And(has(end), hit < end, end <= top)
         return ops.let("B", ops.If(hit <= 0, MISSING, ops.If(has(hit), hit, ops.If(t_in, tail,
                                                                                    ops.If(full_in, end, MISSING)))))
 
     cf = ClosedForm(m=m, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail, tail_vis=tail_vis, sel=sel, nb=nb,
                     inside=inside, reach=r, hit=hit, mamba_calls=calls, tail_attention=tail_of(att_has, m),
-                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2) if rule == VLLM else (replay,))
+                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2) if r1 is not None else (replay,))
     return cf, att_has, mam_has
 
 

@@ -111,5 +111,6 @@ class Scope:
 
 SCOPE_SMALL = Scope(name="small")  # EXHAUSTIVE: the registry under the PR's rules
 SCOPE_SMALL_VLLM = Scope(name="small-vllm", rules="vllm-0.33.0")  # the same under vLLM 0.33.0's rules
+SCOPE_SMALL_LOOKAHEAD = Scope(name="small-lookahead", rules="vllm-0.33.0-lookahead")  # and with hash lookahead
 SCOPE_FAILURE = Scope(name="failure", dcps=(1, 2, 4), units=(1, 2), max_q=3, evict=False)  # the failure closure
 SCOPE_MUTANTS = Scope(name="mutant-hunt", dcps=(2, 8, 4, 1))  # mutants: the DCP cases first, they catch soonest

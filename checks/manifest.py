@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from .exhaustive import SCOPE_FAILURE, SCOPE_MUTANTS, SCOPE_SMALL, SCOPE_SMALL_VLLM, Scope
+from .exhaustive import SCOPE_FAILURE, SCOPE_MUTANTS, SCOPE_SMALL, SCOPE_SMALL_LOOKAHEAD, SCOPE_SMALL_VLLM, Scope
 from .link import LINK_SCOPE, LINK_SCOPE_DRAFT, LinkScope
 
 Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
@@ -435,7 +435,12 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
             LinkCheck(id="LINK-vllm-0.33.0", scope=LINK_SCOPE, rule="vllm-0.33.0"),
             LinkCheck(id="LINK-vllm-0.33.0-draft", scope=LINK_SCOPE_DRAFT, rule="vllm-0.33.0"),
             LinkHypothesisCheck(id="LINK-hypothesis-vllm-0.33.0", rule="vllm-0.33.0"),
+            LinkCheck(id="LINK-vllm-0.33.0-lookahead", scope=LINK_SCOPE, rule="vllm-0.33.0-lookahead"),
+            LinkCheck(id="LINK-vllm-0.33.0-lookahead-draft", scope=LINK_SCOPE_DRAFT, rule="vllm-0.33.0-lookahead"),
+            LinkHypothesisCheck(id="LINK-hypothesis-vllm-0.33.0-lookahead", rule="vllm-0.33.0-lookahead"),
             FailureCheck(id="FAIL-exhaustive", scope=SCOPE_FAILURE)]
+    if full:  # the registry over the whole scope under the lookahead rule set too (its Z3 chain is in make verify)
+        out.append(ExhaustiveCheck(id="EXHAUSTIVE/vllm-0.33.0-lookahead", scope=SCOPE_SMALL_LOOKAHEAD, fast=False))
     out += [PropertyCheck(prop=p, rules=r, expected=e, sample=1 if full else k) for p, r, e, k in EFFICIENCY]
     out += [MutantCheck(id=f"MUT-{m.name}", mutant=m.name) for m in MUTANTS]
     return tuple(out)

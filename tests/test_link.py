@@ -29,3 +29,17 @@ def test_link_under_vllm_rules():
     from kvspec.checks.closed_form import compute_closed_form
     from kvspec.spec.ops import IntOps
     assert compute_closed_form(IntOps, x, "vllm-0.33.0")[0].hit != compute_closed_form(IntOps, x)[0].hit
+
+
+def test_link_under_lookahead_rules():
+    """The closed form with hash lookahead (λ = 1: no EAGLE drop, hashes stop at ⌊(P−1)/u⌋, visibility t + 1 <= S, the
+    lookup bound ⌊(N−1)/u⌋) equals the spec on a slice of the scope, and differs from vLLM 0.33.0's where it should."""
+    from kvspec.checks.closed_form import compute_closed_form
+    from kvspec.checks.link import LINK_SCOPE
+    from kvspec.spec.ops import IntOps
+    rule = "vllm-0.33.0-lookahead"
+    assert all(compare(x, rule=rule) is None for k, x in enumerate(LINK_SCOPE.iterate()) if k % 101 == 0)
+    x = Params(u=128, q=12, d=8, e=1, dense=0, p=15000, n=15000, s_shared=15000)
+    assert compare(x, rule=rule) is None and compare(x, draft=True, rule=rule) is None
+    # the worked example: no EAGLE drop, so the resend hits one unit deeper than under vLLM 0.33.0
+    assert compute_closed_form(IntOps, x, rule)[0].hit == compute_closed_form(IntOps, x, "vllm-0.33.0")[0].hit + 1
