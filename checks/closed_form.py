@@ -78,11 +78,12 @@ class ClosedForm:
     tail_attention: Any  # B_att (MISSING when none)
     tail_mamba: Any  # B_mamba (MISSING when none)
     replay: Any = None  # R = ⌊⌊(P−1)/u⌋/q⌋·q, the replay checkpoint (units)
-    retention: tuple[Any, ...] = ()  # the names of the Mamba states retention keeps (R; vLLM's EAGLE R1, R2)
+    retention: tuple[Any, ...] = ()  # the Mamba states retention keeps (R; vLLM's EAGLE R1, R2)
 
 
 VLLM = "vllm-0.33.0"
 LOOKAHEAD = "vllm-0.33.0-lookahead"  # vLLM 0.33.0's rules with hash lookahead λ = 1 (kvspec's proposal)
+VLLM_RULES = (VLLM, LOOKAHEAD)  # the rule sets with vLLM 0.33.0's store rule that have a closed form
 
 
 def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[ClosedForm, Any, Any]:
@@ -98,7 +99,7 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
     object is visible when t + 1 <= S (t <= ⌊(S−1)/u⌋), and the lookup's bound and tail scan end at ⌊(N−1)/u⌋.
     """
     lookahead = rule == LOOKAHEAD
-    vllm = rule in (VLLM, LOOKAHEAD)
+    vllm = rule in VLLM_RULES
     q, e = x.q, (0 if lookahead else x.e)
     m = ops.let("m", q * x.d)
     fine = m > 1
@@ -112,7 +113,7 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
     top = n1 if lookahead else nu  # the lookup's bound and the top of its tail scan (units)
     full = ops.let("F", ops.min(ops.floordiv(pu, m) * m, p1) if lookahead else ops.floordiv(pu, m) * m)
     replay = ops.let("R", ops.floordiv(p1, q) * q)
-    r1 = r2 = None
+    r1 = r2 = replay  # vLLM's EAGLE replay points (with e = 0 only R is kept)
     if vllm:
         ck = ops.let("C", p1 if lookahead else ops.If(e == 1, ops.max(pu - 1, 0), p1))
         tail = ops.let("T", ck + e)
@@ -130,8 +131,7 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
     def mam_has(t: Any) -> Any:
         if vllm:
             dense = ops.And(t >= 1, ops.divides(q, t), t <= hashed, t <= su)
-            at = ops.Or(t == r1, t == r2) if r1 is not None else t == replay
-            kept = ops.And(t >= 1, t <= su, ops.If(e == 1, at, t == replay) if r1 is not None else at)
+            kept = ops.And(t >= 1, t <= su, ops.If(e == 1, ops.Or(t == r1, t == r2), t == replay))
             return ops.Or(ops.If(x.dense == 1, dense, kept), ops.And(ck > 0, t == ck, t <= su))
         ckpt = ops.And(t >= 1, ops.divides(q, t), t <= replay, t <= su, ops.Or(x.dense == 1, t == replay))
         return ops.Or(ckpt, ops.And(tail_vis, t == tail))
@@ -150,8 +150,7 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
                 return ops.If(ops.And(t > 0, t <= lim), t, 0)
 
             dense = ops.floordiv(ops.max(ops.min(hashed, lim), 0), q) * q
-            at = ops.If(e == 1, ops.max(kept(r1), kept(r2)), kept(replay)) if r1 is not None else kept(replay)
-            part = ops.If(x.dense == 1, dense, at)
+            part = ops.If(x.dense == 1, dense, ops.If(e == 1, ops.max(kept(r1), kept(r2)), kept(replay)))
             return ops.let("h_m", ops.max(part, kept(ck)))
         ckpt = ops.If(x.dense == 1, ops.floordiv(ops.max(ops.min(ops.min(replay, su), h_att), 0), q) * q,
                       ops.If(ops.And(replay > 0, replay <= su, replay <= h_att), replay, 0))
@@ -177,7 +176,7 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
 
     cf = ClosedForm(m=m, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail, tail_vis=tail_vis, sel=sel, nb=nb,
                     inside=inside, reach=r, hit=hit, mamba_calls=calls, tail_attention=tail_of(att_has, m),
-                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2) if r1 is not None else (replay,))
+                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2))
     return cf, att_has, mam_has
 
 

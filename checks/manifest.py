@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from .closed_form import VLLM_RULES
 from .exhaustive import SCOPE_FAILURE, SCOPE_MUTANTS, SCOPE_SMALL, SCOPE_SMALL_LOOKAHEAD, SCOPE_SMALL_VLLM, Scope
 from .link import LINK_SCOPE, LINK_SCOPE_DRAFT, LinkScope
 
@@ -431,14 +432,12 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
             ExhaustiveCheck(id="EXHAUSTIVE/vllm-0.33.0", scope=SCOPE_SMALL_VLLM),
             LinkCheck(id="LINK-exhaustive", scope=LINK_SCOPE), LinkHypothesisCheck(),
             LinkCheck(id="LINK-exhaustive-draft", scope=LINK_SCOPE_DRAFT),
-            LinkCheck(id="LINK-failure", scope=LINK_SCOPE, failure=True),
-            LinkCheck(id="LINK-vllm-0.33.0", scope=LINK_SCOPE, rule="vllm-0.33.0"),
-            LinkCheck(id="LINK-vllm-0.33.0-draft", scope=LINK_SCOPE_DRAFT, rule="vllm-0.33.0"),
-            LinkHypothesisCheck(id="LINK-hypothesis-vllm-0.33.0", rule="vllm-0.33.0"),
-            LinkCheck(id="LINK-vllm-0.33.0-lookahead", scope=LINK_SCOPE, rule="vllm-0.33.0-lookahead"),
-            LinkCheck(id="LINK-vllm-0.33.0-lookahead-draft", scope=LINK_SCOPE_DRAFT, rule="vllm-0.33.0-lookahead"),
-            LinkHypothesisCheck(id="LINK-hypothesis-vllm-0.33.0-lookahead", rule="vllm-0.33.0-lookahead"),
-            FailureCheck(id="FAIL-exhaustive", scope=SCOPE_FAILURE)]
+            LinkCheck(id="LINK-failure", scope=LINK_SCOPE, failure=True)]
+    for r in VLLM_RULES:  # each closed form of vLLM 0.33.0's store rule, linked as the PR's is
+        out += [LinkCheck(id=f"LINK-{r}", scope=LINK_SCOPE, rule=r),
+                LinkCheck(id=f"LINK-{r}-draft", scope=LINK_SCOPE_DRAFT, rule=r),
+                LinkHypothesisCheck(id=f"LINK-hypothesis-{r}", rule=r)]
+    out.append(FailureCheck(id="FAIL-exhaustive", scope=SCOPE_FAILURE))
     if full:  # the registry over the whole scope under the lookahead rule set too (its Z3 chain is in make verify)
         out.append(ExhaustiveCheck(id="EXHAUSTIVE/vllm-0.33.0-lookahead", scope=SCOPE_SMALL_LOOKAHEAD, fast=False))
     out += [PropertyCheck(prop=p, rules=r, expected=e, sample=1 if full else k) for p, r, e, k in EFFICIENCY]

@@ -18,8 +18,7 @@ from kvspec.spec.invariants import REGISTRY, get_invariant
 from kvspec.spec.ops import IntOps
 
 from .closed_form import (
-    LOOKAHEAD,
-    VLLM,
+    VLLM_RULES,
     Params,
     compute_closed_form,
     compute_closed_safe,
@@ -181,7 +180,6 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
     return build
 
 
-VLLM_RULE_SETS = (VLLM, LOOKAHEAD)  # rule sets with vLLM 0.33.0's store rule: each has the whole chain
 FAILURE_THEOREMS = ("F-1", "F-2", "F-3", "F-4", "F-MAX")  # F-7 needs the capped re-lookup: exhaustive only
 
 
@@ -283,7 +281,7 @@ SYMBOLIC: dict[str, Any] = dict(div_vars=True, split=True, product_lemmas=True)
 
 def compute_theorems() -> tuple[Theorem, ...]:
     """Return every theorem `make verify` proves or refutes: the arithmetic invariants, the scenario chain under the
-    PR's store rule and under vLLM 0.33.0's, the failure closure, the legacy rule's refutation."""
+    PR's store rule and under each of VLLM_RULES, the failure closure, the legacy rule's refutation."""
     out = [Theorem(name=f"{inv.id}", statement=inv.statement + " [all integers]", build=_arith(inv.id),
                    budget_s=30.0, replay=_replay_arith(inv.id), precondition=_words(inv.pre))
            for inv in REGISTRY if inv.kind == "arith"]
@@ -306,7 +304,7 @@ def compute_theorems() -> tuple[Theorem, ...]:
                        replay=_replay_scenario("I-20", draft=True), precondition=_pre(ALL, STEPS), **SYMBOLIC))
     # the same chain under vLLM 0.33.0's store rule, and with hash lookahead (closed_form.compute_closed_form(rule=...),
     # linked to the spec by the LINK-<rules> rows)
-    for vr in VLLM_RULE_SETS:
+    for vr in VLLM_RULES:
         closed_vllm = CLOSED.replace("closed form (", f"closed form under {vr}'s store rule (") + f" (LINK-{vr})"
         for k, step in enumerate(STEPS):
             out.append(Theorem(name=f"{step}@{vr}", statement=lemmas[step] + f" [every u, q, D; rules {vr}]",
