@@ -79,6 +79,7 @@ class ClosedForm:
     tail_mamba: Any  # B_mamba (MISSING when none)
     replay: Any = None  # R = ⌊⌊(P−1)/u⌋/q⌋·q, the replay checkpoint (units)
     retention: tuple[Any, ...] = ()  # the Mamba states retention keeps (R; vLLM's EAGLE R1, R2)
+    mamba_below: Any = None  # t ↦ the largest stored, visible Mamba state <= t (0: none), the rule set's own
 
 
 VLLM = "vllm-0.33.0"
@@ -176,14 +177,18 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
 
     cf = ClosedForm(m=m, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail, tail_vis=tail_vis, sel=sel, nb=nb,
                     inside=inside, reach=r, hit=hit, mamba_calls=calls, tail_attention=tail_of(att_has, m),
-                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2))
+                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2), mamba_below=mamba_at)
     return cf, att_has, mam_has
+
+
+def is_mamba_fact(ops: Any, cf: ClosedForm, mam_has: Any, y: Any, hm: Any) -> Any:
+    """Return whether a Mamba hit hm (from a bound y) is 0 or a stored state within y and ⌊S/u⌋."""
+    return ops.And(hm >= 0, ops.Implies(hm > 0, ops.And(hm <= y, hm <= cf.s_units, mam_has(hm))))
 
 
 def has_mamba_facts(ops: Any, cf: ClosedForm, mam_has: Any) -> Any:
     """Return whether each Mamba hit hm (from an attention hit y) is 0 or a stored state within y and ⌊S/u⌋."""
-    return ops.And(*(ops.And(hm >= 0, ops.Implies(hm > 0, ops.And(hm <= y, hm <= cf.s_units, mam_has(hm))))
-                     for y, hm in cf.mamba_calls))
+    return ops.And(*(is_mamba_fact(ops, cf, mam_has, y, hm) for y, hm in cf.mamba_calls))
 
 
 def is_hit_shaped(ops: Any, cf: ClosedForm, mam_has: Any) -> Any:
@@ -245,15 +250,13 @@ def compute_closed_witness(ops: Any, x: Params, legacy: bool = False, draft: boo
                    groups=groups)
 
 
-def compute_closed_safe(ops: Any, x: Params, cf: ClosedForm, f: Any, mok: Any) -> tuple[Any, Any]:
-    """Return (safe boundary, attention loaded prefix) in units for a load whose first failed attention block is f
-    (−1: none) and whose Mamba block loaded iff mok = 1: h when nothing it needs failed, else the largest stored
-    Mamba state below h within the loaded prefix (what a retry can load), else 0 (spec/failure.py)."""
-    h, q = cf.hit, x.q
+def compute_closed_safe(ops: Any, x: Params, cf: ClosedForm, f: Any, mok: Any) -> tuple[Any, Any, Any, Any]:
+    """Return (safe boundary, attention loaded prefix cap, lim = min(cap, h − 1), the largest stored Mamba state <= lim)
+    in units for a load whose first failed attention block is f (−1: none) and whose Mamba block loaded iff mok = 1:
+    safe = h when nothing it needs failed, else that state (what a retry can load), else 0 (spec/failure.py)."""
+    h = cf.hit
     cap = ops.let("cap", ops.If(f >= 0, ops.min(f * cf.m, h), h))
-    lim = ops.min(cap, h - 1)
-    ckpt = ops.If(x.dense == 1, ops.floordiv(ops.max(ops.min(ops.min(cf.replay, cf.s_units), lim), 0), q) * q,
-                  ops.If(ops.And(cf.replay > 0, cf.replay <= cf.s_units, cf.replay <= lim), cf.replay, 0))
-    tail = ops.If(ops.And(cf.tail_vis, cf.tail <= lim), cf.tail, 0)
-    safe = ops.let("safe", ops.If(h <= 0, 0, ops.If(ops.And(cap >= h, mok == 1), h, ops.max(ckpt, tail))))
-    return safe, cap
+    lim = ops.let("lim", ops.min(cap, h - 1))
+    below = cf.mamba_below(lim)  # the rule set's largest stored state short of h, within the loaded prefix
+    safe = ops.let("safe", ops.If(h <= 0, 0, ops.If(ops.And(cap >= h, mok == 1), h, below)))
+    return safe, cap, lim, below

@@ -46,15 +46,16 @@ def compare(x: Params, draft: bool = False, rule: str = "pr53324") -> str | None
     return None if got == want else f"spec (h, B_att, B_mamba) = {got} but closed form = {want} for {x}"
 
 
-def compare_failure(x: Params) -> str | None:
-    """Return the first load result whose closed-form safe boundary differs from spec/failure.py's, or None.
+def compare_failure(x: Params, rule: str = "pr53324") -> str | None:
+    """Return the first load result whose closed-form safe boundary differs from spec/failure.py's (under a rule
+    set), or None.
 
     Every first failed attention block f (or none) with the Mamba block loaded or not.
     """
     from kvspec.spec.failure import compute_safe_boundary
     from kvspec.spec.lookup import compute_tail_block
-    cf, _, _ = compute_closed_form(IntOps, x)
-    sc = build_scenario(x)
+    cf, _, _ = compute_closed_form(IntOps, x, rule)
+    sc = build_scenario(x, rule=rule)
     out = evaluate_scenario(sc)
     h = out.hit_length
     if h <= 0:

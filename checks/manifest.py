@@ -179,7 +179,7 @@ class LinkCheck:
             if fast and k % 7:
                 continue
             n += 1
-            r = compare_failure(x) if self.failure else compare(x, draft=self.scope.draft, rule=self.rule)
+            r = compare_failure(x, self.rule) if self.failure else compare(x, draft=self.scope.draft, rule=self.rule)
             if r:
                 bad.append(r)
                 break
@@ -188,8 +188,8 @@ class LinkCheck:
     def render(self, results: list[Part]) -> Row:
         r = results[0]
         what = ("closed-form safe boundary == spec/failure.py for every first failed attention block, Mamba block "
-                "loaded or not" if self.failure else "closed form == executable fixed point (h, tail boundaries)"
-                + (f" under {self.rule}'s store rule" if self.rule != "pr53324" else ""))
+                "loaded or not" if self.failure else "closed form == executable fixed point (h, tail boundaries)")
+        what += f" under {self.rule}'s store rule" if self.rule != "pr53324" else ""
         return Row(id=self.id, method="exhaustive", statement=f"{what} on every input of: {self.scope.describe()}",
                    expected="none found",
                    result=f"{r['n']} inputs, {len(r['bad'])} differences", ok=r["n"] > 0 and not r["bad"],
@@ -436,7 +436,8 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     for r in VLLM_RULES:  # each closed form of vLLM 0.33.0's store rule, linked as the PR's is
         out += [LinkCheck(id=f"LINK-{r}", scope=LINK_SCOPE, rule=r),
                 LinkCheck(id=f"LINK-{r}-draft", scope=LINK_SCOPE_DRAFT, rule=r),
-                LinkHypothesisCheck(id=f"LINK-hypothesis-{r}", rule=r)]
+                LinkHypothesisCheck(id=f"LINK-hypothesis-{r}", rule=r),
+                LinkCheck(id=f"LINK-failure-{r}", scope=LINK_SCOPE, failure=True, rule=r)]
     out.append(FailureCheck(id="FAIL-exhaustive", scope=SCOPE_FAILURE))
     if full:  # the registry over the whole scope under the lookahead rule set too (its Z3 chain is in make verify)
         out.append(ExhaustiveCheck(id="EXHAUSTIVE/vllm-0.33.0-lookahead", scope=SCOPE_SMALL_LOOKAHEAD, fast=False))

@@ -26,6 +26,7 @@ from .closed_form import (
     has_mamba_facts,
     has_tail_facts,
     is_hit_shaped,
+    is_mamba_fact,
     pre_params,
 )
 from .z3ops import Z3Ops
@@ -183,42 +184,45 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
 FAILURE_THEOREMS = ("F-1", "F-2", "F-3", "F-4", "F-MAX")  # F-7 needs the capped re-lookup: exhaustive only
 
 
-def _failure_witness(ops: Any, x: Params, closed: tuple[Any, Any, Any], f: Any, mok: Any) -> Any:
+def _failure_witness(ops: Any, x: Params, closed: tuple[Any, Any, Any], f: Any, mok: Any,
+                     safe_parts: tuple[Any, ...] | None = None) -> Any:
     from kvspec.spec.invariants import FailureWitness
     cf, _, mam_has = closed
-    safe, cap = compute_closed_safe(ops, x, cf, f, mok)
+    safe, cap, _, _ = safe_parts or compute_closed_safe(ops, x, cf, f, mok)
     one = ops.z3.IntVal(1) if hasattr(ops, "z3") else 1  # a = u: one unit
     return FailureWitness(alignment=one, hit=cf.hit, safe=safe, all_ok=ops.And(f < 0, mok == 1), attention_loaded=(cap,),
                           mamba_has=mam_has, mamba_loaded=mok == 1, has_mamba=True, retry_hit=0)
 
 
-def _failure(inv_id: str) -> Callable[[Z3Ops], Query]:
-    """Return the builder of a failure-closure theorem: every hit of the lemmas' shape (opaque), every first failed
-    attention block f in 0..c (or none) and the Mamba block loaded or not; in units (a = u here)."""
+def _failure(inv_id: str, rule: str = "pr53324") -> Callable[[Z3Ops], Query]:
+    """Return the builder of a failure-closure theorem under a rule set: every hit of the lemmas' shape (opaque),
+    every first failed attention block f in 0..c (or none) and the Mamba block loaded or not; in units (a = u)."""
 
     def build(ops: Z3Ops) -> Query:
         x, v = _params(ops, (None, None, None))
-        closed = compute_closed_form(ops, x)
+        closed = compute_closed_form(ops, x, rule)
         cf, att_has, mam_has = closed
         f, mok = ops.z3.Int("f"), ops.z3.Int("mok")
         c = ops.cdiv(cf.hit, cf.m) - 1
+        parts = compute_closed_safe(ops, x, cf, f, mok)
+        # LEMMA-MAMBA holds for every bound y (its queries leave y's definition out), so for lim too
         pre = ops.And(pre_params(ops, x), has_mamba_facts(ops, cf, mam_has), is_hit_shaped(ops, cf, mam_has),
-                      f >= -1, f <= c, ops.Or(mok == 0, mok == 1))
-        w = _failure_witness(ops, x, closed, f, mok)
+                      f >= -1, f <= c, ops.Or(mok == 0, mok == 1), is_mamba_fact(ops, cf, mam_has, parts[2], parts[3]))
+        w = _failure_witness(ops, x, closed, f, mok, parts)
         return Query(pre=pre, claim=get_invariant(inv_id).predicate(ops, w), variables={**v, "f": f, "mok": mok},
                      opaque=_hit_names(cf))
 
     return build
 
 
-def _replay_failure(inv_id: str) -> Callable[[dict[str, int]], bool]:
+def _replay_failure(inv_id: str, rule: str = "pr53324") -> Callable[[dict[str, int]], bool]:
     inv = get_invariant(inv_id)
 
     def replay(model: dict[str, int]) -> bool:
         x = Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
         if not pre_params(IntOps, x):
             return False
-        closed = compute_closed_form(IntOps, x)
+        closed = compute_closed_form(IntOps, x, rule)
         c = -(-closed[0].hit // closed[0].m) - 1
         if not (-1 <= model["f"] <= c and model["mok"] in (0, 1)):
             return False
@@ -323,12 +327,15 @@ def compute_theorems() -> tuple[Theorem, ...]:
                            rests_on=chain_vllm + "; link with an equal-spec draft group",
                            replay=_replay_scenario("I-20", draft=True, rule=vr), precondition=_pre(ALL, STEPS),
                            **SYMBOLIC))
-    for inv_id in FAILURE_THEOREMS:
-        out.append(Theorem(name=f"{inv_id}/z3", statement=get_invariant(inv_id).statement + " [every u, q, D; every "
-                           "first failed attention block, Mamba block loaded or not]", build=_failure(inv_id),
-                           budget_s=30.0, rests_on="LEMMA-MAMBA; LEMMA-HIT-SHAPE; closed form of the safe boundary "
-                           "(closed_form.compute_closed_safe); link closed safe == spec (LINK-failure)",
-                           replay=_replay_failure(inv_id), precondition=_pre(ALL, STEPS[:2]), **SYMBOLIC))
+    for rule in ("pr53324", *VLLM_RULES):  # the failure closure under each rule set with a closed form
+        at, under = ("", "") if rule == "pr53324" else (f"@{rule}", f"; rules {rule}")
+        out.extend(Theorem(name=f"{inv_id}/z3{at}", statement=get_invariant(inv_id).statement + f" [every u, q, D; "
+                           f"every first failed attention block, Mamba block loaded or not{under}]",
+                           build=_failure(inv_id, rule), budget_s=30.0,
+                           rests_on=f"LEMMA-MAMBA{at}; LEMMA-HIT-SHAPE{at}; closed form of the safe boundary "
+                           f"(closed_form.compute_closed_safe); link closed safe == spec (LINK-failure{at.replace('@', '-')})",
+                           replay=_replay_failure(inv_id, rule), precondition=_pre(ALL, STEPS[:2]), **SYMBOLIC)
+                   for inv_id in FAILURE_THEOREMS)
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
                        "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
                        replay=_replay_scenario("I-20", legacy=True),
