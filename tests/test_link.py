@@ -41,3 +41,19 @@ def test_link_under_lookahead_rules():
     assert compare(x, rule=rule) is None and compare(x, draft=True, rule=rule) is None
     # the worked example: no EAGLE drop, so the resend hits one unit deeper than under vLLM 0.33.0
     assert compute_closed_form(IntOps, x, rule)[0].hit == compute_closed_form(IntOps, x, "vllm-0.33.0")[0].hit + 1
+
+
+def test_failure_link_per_rule_set():
+    """Each rule set's closed safe boundary equals spec/failure.py on a slice of the scope, and the pinned case where
+    the first vLLM link differed: a safe boundary taken at the PR's replay point R (u = 1, b = 2, D = 2, EAGLE, replay,
+    P = N = S = 4) where vLLM 0.33.0's EAGLE retention keeps only R1, R2 and the checkpoint C."""
+    from kvspec.checks.closed_form import compute_closed_form, compute_closed_safe
+    from kvspec.checks.link import LINK_SCOPE, compare_failure
+    from kvspec.spec.ops import IntOps
+    for rule in ("vllm-0.33.0", "vllm-0.33.0-lookahead"):
+        assert all(compare_failure(x, rule) is None for k, x in enumerate(LINK_SCOPE.iterate()) if k % 97 == 0)
+    x = Params(u=1, q=2, d=2, e=1, dense=0, p=4, n=4, s_shared=4)
+    assert compare_failure(x, "vllm-0.33.0") is None
+    cf, _, _ = compute_closed_form(IntOps, x, "vllm-0.33.0")
+    assert cf.hit > 0 and cf.replay == 2  # R = 2 is not a state vLLM keeps here: the Mamba block failing leaves 0
+    assert compute_closed_safe(IntOps, x, cf, -1, 0)[0] == 0

@@ -177,3 +177,17 @@ def test_failure_closure_theorems_can_fail(monkeypatch):
     # unknown with the spurious models named — which one depends on what the process asked Z3 before
     assert not v.ok and (v.answer == "refuted" and v.model["f"] >= 0 or "spurious" in v.reason), (v.answer, v.reason)
 
+
+
+def test_failure_closure_is_proved_per_rule_set():
+    """The failure closure is a theorem of each rule set with a closed form; under vLLM 0.33.0 the Mamba one (F-4)
+    rests on LEMMA-MAMBA at the bound min(cap, h - 1) and proves far inside its budget."""
+    from kvspec.checks.closed_form import VLLM_RULES
+    from kvspec.checks.prove import FAILURE_THEOREMS
+    names = {t.name: t for t in compute_theorems()}
+    for rule in VLLM_RULES:
+        for inv_id in FAILURE_THEOREMS:
+            th = names[f"{inv_id}/z3@{rule}"]
+            assert f"LEMMA-MAMBA@{rule}" in th.rests_on and f"LINK-failure-{rule}" in th.rests_on
+    v = prove(names["F-4/z3@vllm-0.33.0"])
+    assert v.ok and v.answer == "proved" and v.rlimit_used < names["F-4/z3@vllm-0.33.0"].rlimit // 10, v
