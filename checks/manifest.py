@@ -439,6 +439,8 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
                 LinkHypothesisCheck(id=f"LINK-hypothesis-{r}", rule=r),
                 LinkCheck(id=f"LINK-failure-{r}", scope=LINK_SCOPE, failure=True, rule=r)]
     out.append(FailureCheck(id="FAIL-exhaustive", scope=SCOPE_FAILURE))
+    out += [FailureCheck(id=f"FAIL-exhaustive/{r}", scope=attrs.evolve(SCOPE_FAILURE, name=f"failure-{r}", rules=r))
+            for r in VLLM_RULES]  # the closure, F-7's capped re-lookup included, under each vLLM rule set
     if full:  # the registry over the whole scope under the lookahead rule set too (its Z3 chain is in make verify)
         out.append(ExhaustiveCheck(id="EXHAUSTIVE/vllm-0.33.0-lookahead", scope=SCOPE_SMALL_LOOKAHEAD, fast=False))
     out += [PropertyCheck(prop=p, rules=r, expected=e, sample=1 if full else k) for p, r, e, k in EFFICIENCY]

@@ -360,11 +360,13 @@ def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool
     from .geometry import compute_group_ids
     from .lookup import compute_lookup
 
-    g, h, present = scenario.geometry, outcome.hit_length, outcome.present
+    rules = get_rules(scenario.rules)
+    g, h, present = compute_rule_geometry(rules, scenario.geometry), outcome.hit_length, outcome.present
     safe = stages.safe(g, present, h, outcome.load, ok)
     mambas = compute_group_ids(g, "mamba")
     cap = stages.retry(0 if all(ok) else 1, safe)
-    retry = compute_lookup(g, present, Tokens(scenario.prompt), cap=cap).hit_length if cap is not None else h
+    retry = (compute_lookup(g, present, Tokens(scenario.prompt), cap=cap, lookahead=rules.lookahead).hit_length
+             if cap is not None else h)  # the rule set's own lookup, capped
     return FailureWitness(
         alignment=compute_alignment(g), hit=h, safe=safe, all_ok=all(ok),
         attention_loaded=tuple(compute_loaded_prefix(g, a, h, outcome.load, ok)

@@ -92,3 +92,20 @@ def test_closure_mutants_are_caught():
     by_name = {m.name: m.stages for m in MUTANTS}
     assert "F-3" in compute_failure_violations(sc, out, ok, by_name["closure-keeps-hit"])  # keeps the hit
     assert "F-7" in compute_failure_violations(sc, out, ok, by_name["closure-retry-same-hit"])  # same hit again
+
+
+def test_retry_is_the_rule_sets_own_capped_lookup():
+    """F-7's retry runs the rule set's lookup (its geometry and λ), not the raw one: under hash lookahead no EAGLE drop,
+    so after the Mamba block fails the retry reuses the safe boundary 1 (the raw geometry's drop would make it 0)."""
+    from kvspec.spec.geometry import Geometry, Group, Parallel
+    from kvspec.spec.invariants import compute_failure_witness
+    g = Geometry(unit=1, groups=(Group(kind="attention", block_size=1, eagle=True), Group(kind="mamba", block_size=1)),
+                 parallel=Parallel(dcp=1), retention="dense")
+    sc = Scenario(geometry=g, prompt=3, stored=(StoredRequest(prompt=2, shared=1), StoredRequest(prompt=4, shared=3)),
+                  rules="vllm-0.33.0-lookahead")
+    out = evaluate_scenario(sc)
+    ok = (True, False, True)  # the Mamba block fails
+    w = compute_failure_witness(sc, out, ok)
+    assert (w.safe, w.retry_hit) == (1, 1)
+    assert compute_lookup(g, out.present, 3, cap=w.safe).hit_length == 0  # what the raw geometry's drop would give
+    assert not compute_failure_violations(sc, out, ok)
