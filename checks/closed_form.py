@@ -80,6 +80,7 @@ class ClosedForm:
     replay: Any = None  # R = ⌊⌊(P−1)/u⌋/q⌋·q, the replay checkpoint (units)
     retention: tuple[Any, ...] = ()  # the Mamba states retention keeps (R; vLLM's EAGLE R1, R2)
     mamba_below: Any = None  # t ↦ the largest stored, visible Mamba state <= t (0: none), the rule set's own
+    rule: str = "pr53324"  # the rule set whose store rule this is
 
 
 VLLM = "vllm-0.33.0"
@@ -87,9 +88,10 @@ LOOKAHEAD = "vllm-0.33.0-lookahead"  # vLLM 0.33.0's rules with hash lookahead �
 VLLM_RULES = (VLLM, LOOKAHEAD)  # the rule sets with vLLM 0.33.0's store rule that have a closed form
 
 
-def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[ClosedForm, Any, Any]:
+def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = None) -> tuple[ClosedForm, Any, Any]:
     """Return the closed form and the membership functions of E, in units, under the PR's store rule, vLLM 0.33.0's,
-    or vLLM 0.33.0's with hash lookahead λ = 1.
+    or vLLM 0.33.0's with hash lookahead λ = 1; with `cap` (units), the lookup's first bound is min(bound, cap) (the
+    retry after a failed load: spec/lookup.py compute_lookup(cap=...)).
 
     vLLM 0.33.0 (rule "vllm-0.33.0"): the checkpoint C = ⌊P/u⌋ − 1 with EAGLE, else ⌊(P−1)/u⌋ (a = u here);
     attention publishes its blocks up to C + e, so its one boundary off the block grid is T = C + e (fine mode,
@@ -158,11 +160,12 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
         tail_m = ops.If(ops.And(tail_vis, tail <= h_att), tail, 0)
         return ops.let("h_m", ops.max(ckpt, tail_m))
 
-    at_top, at_below = attention_at(top), attention_at(n1)
+    first = top if cap is None else ops.min(top, cap)  # the first bound (capped on a retry); the re-derivation is not
+    at_top, at_below = attention_at(first), attention_at(n1)
     calls = ((at_top[3], mamba_at(at_top[3])), (at_below[3], mamba_at(at_below[3])))
-    h1 = ops.let("h1", ops.If(top <= 0, 0, calls[0][1]))
+    h1 = ops.let("h1", ops.If(first <= 0, 0, calls[0][1]))
     again = h1 > n1  # u·h1 >= N: derive again at ⌊(N−1)/u⌋
-    sel = ops.let("sel", ops.If(again, n1, top))
+    sel = ops.let("sel", ops.If(again, n1, first))
     nb, inside, r = (ops.let(name, ops.If(again, lo, hi)) for name, lo, hi in
                      zip(("nb", "inside", "r"), at_below[:3], at_top[:3]))
     hit = ops.let("h", ops.If(again, ops.If(n1 <= 0, 0, calls[1][1]), h1))
@@ -177,7 +180,7 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324") -> tuple[Clo
 
     cf = ClosedForm(m=m, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail, tail_vis=tail_vis, sel=sel, nb=nb,
                     inside=inside, reach=r, hit=hit, mamba_calls=calls, tail_attention=tail_of(att_has, m),
-                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2), mamba_below=mamba_at)
+                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2), mamba_below=mamba_at, rule=rule)
     return cf, att_has, mam_has
 
 

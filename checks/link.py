@@ -53,6 +53,7 @@ def compare_failure(x: Params, rule: str = "pr53324") -> str | None:
     Every first failed attention block f (or none) with the Mamba block loaded or not.
     """
     from kvspec.spec.failure import compute_safe_boundary
+    from kvspec.spec.invariants import compute_failure_witness
     from kvspec.spec.lookup import compute_tail_block
     cf, _, _ = compute_closed_form(IntOps, x, rule)
     sc = build_scenario(x, rule=rule)
@@ -66,9 +67,14 @@ def compare_failure(x: Params, rule: str = "pr53324") -> str | None:
         for mok in (0, 1):
             ok = tuple((e.group != 0 or e.block != f) and (e.group != mamba or mok == 1) for e in out.load)
             want = compute_safe_boundary(g, out.present, h, out.load, ok)
-            got = x.u * compute_closed_safe(IntOps, x, cf, f, mok)[0]
-            if got != want:
-                return f"spec safe {want} but closed form {got} (f={f}, mok={mok}) for {x}"
+            safe = compute_closed_safe(IntOps, x, cf, f, mok)[0]
+            if x.u * safe != want:
+                return f"spec safe {want} but closed form {x.u * safe} (f={f}, mok={mok}) for {x}"
+            if not all(ok):  # the retry: the rule set's lookup capped at the safe boundary (F-7)
+                retry = compute_failure_witness(sc, out, ok).retry_hit
+                got = x.u * compute_closed_form(IntOps, x, rule, cap=safe)[0].hit
+                if got != retry:
+                    return f"spec retry hit {retry} but closed form {got} (f={f}, mok={mok}, safe={want}) for {x}"
     return None
 
 

@@ -181,17 +181,21 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
     return build
 
 
-FAILURE_THEOREMS = ("F-1", "F-2", "F-3", "F-4", "F-MAX")  # F-7 needs the capped re-lookup: exhaustive only
+FAILURE_THEOREMS = ("F-1", "F-2", "F-3", "F-4", "F-7", "F-MAX")
 
 
 def _failure_witness(ops: Any, x: Params, closed: tuple[Any, Any, Any], f: Any, mok: Any,
-                     safe_parts: tuple[Any, ...] | None = None) -> Any:
+                     safe_parts: tuple[Any, ...] | None = None, retry: Any = None) -> Any:
+    """Return the closed-form failure witness; the retry's hit is the closed form capped at safe (`retry`, or
+    computed here)."""
     from kvspec.spec.invariants import FailureWitness
     cf, _, mam_has = closed
     safe, cap, _, _ = safe_parts or compute_closed_safe(ops, x, cf, f, mok)
+    if retry is None:
+        retry = compute_closed_form(ops, x, cf.rule, cap=safe)[0].hit
     one = ops.z3.IntVal(1) if hasattr(ops, "z3") else 1  # a = u: one unit
     return FailureWitness(alignment=one, hit=cf.hit, safe=safe, all_ok=ops.And(f < 0, mok == 1), attention_loaded=(cap,),
-                          mamba_has=mam_has, mamba_loaded=mok == 1, has_mamba=True, retry_hit=0)
+                          mamba_has=mam_has, mamba_loaded=mok == 1, has_mamba=True, retry_hit=retry)
 
 
 def _failure(inv_id: str, rule: str = "pr53324") -> Callable[[Z3Ops], Query]:
@@ -208,11 +212,47 @@ def _failure(inv_id: str, rule: str = "pr53324") -> Callable[[Z3Ops], Query]:
         # LEMMA-MAMBA holds for every bound y (its queries leave y's definition out), so for lim too
         pre = ops.And(pre_params(ops, x), has_mamba_facts(ops, cf, mam_has), is_hit_shaped(ops, cf, mam_has),
                       f >= -1, f <= c, ops.Or(mok == 0, mok == 1), is_mamba_fact(ops, cf, mam_has, parts[2], parts[3]))
-        w = _failure_witness(ops, x, closed, f, mok, parts)
+        opaque = _hit_names(cf)
+        retry = ops.z3.IntVal(0)  # only F-7 looks at the retry: the other queries leave the capped lookup out
+        if inv_id == "F-7":  # the retry: the rule set's lookup capped at safe, bounded by LEMMA-RETRY (its hit left out)
+            again, _, _ = compute_closed_form(ops, x, rule, cap=parts[0])
+            pre = ops.And(pre, ops.Implies(parts[0] <= again.n_below, again.hit <= ops.max(parts[0], 0)))
+            opaque |= {str(again.hit)}
+            retry = again.hit
+        w = _failure_witness(ops, x, closed, f, mok, parts, retry)
         return Query(pre=pre, claim=get_invariant(inv_id).predicate(ops, w), variables={**v, "f": f, "mok": mok},
-                     opaque=_hit_names(cf))
+                     opaque=opaque)
 
     return build
+
+
+def _retry_lemma(rule: str) -> Callable[[Z3Ops], Query]:
+    """Return the builder of LEMMA-RETRY: a lookup capped at any k <= ⌊(N−1)/u⌋ hits at most max(k, 0) (its Mamba
+    hits left out, with LEMMA-MAMBA's facts: that lemma holds for every bound)."""
+
+    def build(ops: Z3Ops) -> Query:
+        x, v = _params(ops, (None, None, None))
+        k = ops.z3.Int("k")
+        again, _, mam_has = compute_closed_form(ops, x, rule, cap=k)
+        pre = ops.And(pre_params(ops, x), has_mamba_facts(ops, again, mam_has), k <= again.n_below)
+        # also left out, as in the chain: which states retention keeps and where T lies (the reach is within the
+        # bound whatever T is and whether it is visible)
+        hidden = ({str(hm) for _, hm in again.mamba_calls} | {str(r) for r in again.retention}
+                  | {str(again.tail), str(again.tail_vis)})
+        return Query(pre=pre, claim=again.hit <= ops.max(k, 0), variables={**v, "k": k}, opaque=frozenset(hidden))
+
+    return build
+
+
+def _replay_retry(rule: str) -> Callable[[dict[str, int]], bool]:
+    def replay(model: dict[str, int]) -> bool:
+        x = Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
+        if not pre_params(IntOps, x):
+            return False
+        again = compute_closed_form(IntOps, x, rule, cap=model["k"])[0]
+        return bool(model["k"] <= again.n_below and again.hit > max(model["k"], 0))
+
+    return replay
 
 
 def _replay_failure(inv_id: str, rule: str = "pr53324") -> Callable[[dict[str, int]], bool]:
@@ -329,11 +369,16 @@ def compute_theorems() -> tuple[Theorem, ...]:
                            **SYMBOLIC))
     for rule in ("pr53324", *VLLM_RULES):  # the failure closure under each rule set with a closed form
         at, under = ("", "") if rule == "pr53324" else (f"@{rule}", f"; rules {rule}")
+        out.append(Theorem(name=f"LEMMA-RETRY{at}", statement="a lookup capped at k <= ⌊(N−1)/u⌋ hits at most max(k, 0) "
+                           f"[every u, q, D, k{under}]", build=_retry_lemma(rule), budget_s=20.0,
+                           rests_on=f"LEMMA-MAMBA{at}; {CLOSED} (the capped closed form: LINK-failure{at.replace('@', '-')})",
+                           replay=_replay_retry(rule), precondition=_pre(ALL + ", k symbolic"), **SYMBOLIC))
         out.extend(Theorem(name=f"{inv_id}/z3{at}", statement=get_invariant(inv_id).statement + f" [every u, q, D; "
                            f"every first failed attention block, Mamba block loaded or not{under}]",
                            build=_failure(inv_id, rule), budget_s=30.0,
                            rests_on=f"LEMMA-MAMBA{at}; LEMMA-HIT-SHAPE{at}; closed form of the safe boundary "
-                           f"(closed_form.compute_closed_safe); link closed safe == spec (LINK-failure{at.replace('@', '-')})",
+                           f"(closed_form.compute_closed_safe); link closed safe == spec (LINK-failure{at.replace('@', '-')})"
+                           + (f"; LEMMA-RETRY{at}" if inv_id == "F-7" else ""),
                            replay=_replay_failure(inv_id, rule), precondition=_pre(ALL, STEPS[:2]), **SYMBOLIC)
                    for inv_id in FAILURE_THEOREMS)
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "

@@ -191,3 +191,18 @@ def test_failure_closure_is_proved_per_rule_set():
             assert f"LEMMA-MAMBA@{rule}" in th.rests_on and f"LINK-failure-{rule}" in th.rests_on
     v = prove(names["F-4/z3@vllm-0.33.0"])
     assert v.ok and v.answer == "proved" and v.rlimit_used < names["F-4/z3@vllm-0.33.0"].rlimit // 10, v
+    # F-7 (the capped retry never re-offers the failing hit) rests on LEMMA-RETRY: a lookup capped at k hits <= k
+    for rule in ("", *(f"@{r}" for r in VLLM_RULES)):
+        assert f"LEMMA-RETRY{rule}" in names[f"F-7/z3{rule}"].rests_on
+    for name in ("F-7/z3", "LEMMA-RETRY@vllm-0.33.0-lookahead"):
+        v = prove(names[name])
+        assert v.ok and v.answer == "proved", (name, v)
+
+
+def test_retry_lemma_replays_a_bound_past_the_cap():
+    """LEMMA-RETRY's replay recognises a real counterexample: with k past ⌊(N−1)/u⌋ (outside its precondition) the
+    capped hit can exceed k, and with k = 0 it cannot."""
+    from kvspec.checks.prove import _replay_retry
+    x = dict(u=128, q=12, d=8, e=1, dense=0, p=15000, n=15000, s_shared=15000)
+    assert not _replay_retry("vllm-0.33.0")({**x, "k": 0})
+    assert not _replay_retry("vllm-0.33.0")({**x, "k": 200})  # outside the precondition: not a counterexample
