@@ -206,3 +206,17 @@ def test_retry_lemma_replays_a_bound_past_the_cap():
     x = dict(u=128, q=12, d=8, e=1, dense=0, p=15000, n=15000, s_shared=15000)
     assert not _replay_retry("vllm-0.33.0")({**x, "k": 0})
     assert not _replay_retry("vllm-0.33.0")({**x, "k": 200})  # outside the precondition: not a counterexample
+
+
+def test_retry_lemma_fails_for_an_uncapped_retry(monkeypatch):
+    """LEMMA-RETRY (which F-7/z3 rests on) is about the cap: a retry lookup that ignores it is not proved."""
+    from kvspec.checks import prove as P
+    real = P.compute_closed_form
+
+    def uncapped(ops, x, rule="pr53324", cap=None):
+        return real(ops, x, rule)
+
+    monkeypatch.setattr(P, "compute_closed_form", uncapped)
+    th = next(t for t in compute_theorems() if t.name == "LEMMA-RETRY@vllm-0.33.0-lookahead")
+    v = prove(th)
+    assert not v.ok and (v.answer == "refuted" or "spurious" in v.reason), (v.answer, v.reason)
