@@ -18,6 +18,8 @@ from kvspec.spec.invariants import REGISTRY, get_invariant
 from kvspec.spec.ops import IntOps
 
 from .closed_form import (
+    LOOKAHEAD,
+    VLLM,
     VLLM_RULES,
     Params,
     compute_closed_form,
@@ -63,6 +65,7 @@ class Theorem:
     precondition: str = ""  # in words
     split: bool = False  # prove each conjunct of the claim as its own query (all must be proved)
     product_lemmas: bool = False  # add ground order facts of the claim's products (Z3Ops.compute_product_lemmas)
+    full_only: bool = False  # in make verify-full only (a proof too costly for make verify's budget)
 
 
 @attrs.frozen(kw_only=True)
@@ -255,6 +258,39 @@ def _replay_retry(rule: str) -> Callable[[dict[str, int]], bool]:
     return replay
 
 
+def compute_closed_resend(ops: Any, x: Params, rule: str) -> Any:
+    """Return the best hit of an identical resend in units (spec/lookup.py compute_resend_best with a = u):
+    ⌊(P−1)/u⌋, and max(⌊P/u⌋ − 1, 0) with the EAGLE drop (no drop under hash lookahead)."""
+    p1 = ops.floordiv(ops.max(x.p - 1, 0), x.u)
+    return p1 if rule == LOOKAHEAD else ops.If(x.e == 1, ops.max(ops.floordiv(x.p, x.u) - 1, 0), p1)
+
+
+def _resend(rule: str) -> Callable[[Z3Ops], Query]:
+    """Return the builder of RESEND/z3: an identical resend (S = P = N) hits the resend best, one query per EAGLE and
+    retention case (the lemmas' facts assumed)."""
+
+    def build(ops: Z3Ops) -> Query:
+        x, v = _params(ops, (None, None, None))
+        cf, _, mam_has = compute_closed_form(ops, x, rule)
+        pre = ops.And(pre_params(ops, x), x.p == x.n, x.s_shared == x.n, has_mamba_facts(ops, cf, mam_has),
+                      is_hit_shaped(ops, cf, mam_has))
+        best = compute_closed_resend(ops, x, rule)
+        cases = [ops.And(x.e == e, x.dense == d) for e in (0, 1) for d in (0, 1)]
+        return Query(pre=pre, claim=ops.And(*(ops.Implies(c, cf.hit == best) for c in cases)), variables=v)
+
+    return build
+
+
+def _replay_resend(rule: str) -> Callable[[dict[str, int]], bool]:
+    def replay(model: dict[str, int]) -> bool:
+        x = Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
+        if not (pre_params(IntOps, x) and x.p == x.n == x.s_shared):
+            return False
+        return bool(compute_closed_form(IntOps, x, rule)[0].hit != compute_closed_resend(IntOps, x, rule))
+
+    return replay
+
+
 def _replay_failure(inv_id: str, rule: str = "pr53324") -> Callable[[dict[str, int]], bool]:
     inv = get_invariant(inv_id)
 
@@ -381,6 +417,15 @@ def compute_theorems() -> tuple[Theorem, ...]:
                            + (f"; LEMMA-RETRY{at}" if inv_id == "F-7" else ""),
                            replay=_replay_failure(inv_id, rule), precondition=_pre(ALL, STEPS[:2]), **SYMBOLIC)
                    for inv_id in FAILURE_THEOREMS)
+    # what an identical resend hits (issue: cache efficiency): the PR's rules lose it (replay retention with EAGLE),
+    # vLLM 0.33.0's reach the best (its proof costs ~180 core-s: make verify-full), as does hash lookahead
+    for rule, expected in (("pr53324", "refuted"), (VLLM, "proved"), (LOOKAHEAD, "proved")):
+        at = "" if rule == "pr53324" else f"@{rule}"
+        out.append(Theorem(name=f"RESEND/z3{at}", statement="an identical resend (S = P = N) hits ⌊(P−1)/u⌋, with the "
+                           f"EAGLE drop max(⌊P/u⌋ − 1, 0) [every u, q, D, P; rules {rule}]", build=_resend(rule),
+                           expected=expected, budget_s=90.0 if rule == VLLM else 10.0, full_only=rule == VLLM,
+                           rests_on=f"LEMMA-MAMBA{at}; LEMMA-HIT-SHAPE{at}; " + CLOSED, replay=_replay_resend(rule),
+                           precondition=_pre("S = P = N; u, q, D, P symbolic", STEPS[:2]), **SYMBOLIC))
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
                        "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
                        replay=_replay_scenario("I-20", legacy=True),

@@ -220,3 +220,22 @@ def test_retry_lemma_fails_for_an_uncapped_retry(monkeypatch):
     th = next(t for t in compute_theorems() if t.name == "LEMMA-RETRY@vllm-0.33.0-lookahead")
     v = prove(th)
     assert not v.ok and (v.answer == "refuted" or "spurious" in v.reason), (v.answer, v.reason)
+
+
+def test_resend_theorems():
+    """What an identical resend hits, per rule set: refuted under the PR's rules (a counterexample that replays on the
+    executable spec: the resend hits less than its best), proved under hash lookahead; vLLM 0.33.0's proof is in
+    make verify-full only."""
+    from kvspec.checks.closed_form import Params
+    from kvspec.checks.link import build_scenario
+    from kvspec.spec.lookup import compute_resend_best
+    from kvspec.spec.scenario import evaluate_scenario
+    names = {t.name: t for t in compute_theorems()}
+    assert names["RESEND/z3@vllm-0.33.0"].full_only and not names["RESEND/z3"].full_only
+    v = prove(names["RESEND/z3"])
+    assert v.answer == "refuted" and v.ok, v
+    x = Params(**{k: v.model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
+    sc = build_scenario(x)
+    assert evaluate_scenario(sc).hit_length < compute_resend_best(sc.geometry, x.p)
+    v = prove(names["RESEND/z3@vllm-0.33.0-lookahead"])
+    assert v.answer == "proved" and v.ok, v
