@@ -80,7 +80,6 @@ class ClosedForm:
     replay: Any = None  # R = ⌊⌊(P−1)/u⌋/q⌋·q, the replay checkpoint (units)
     retention: tuple[Any, ...] = ()  # the Mamba states retention keeps (R; vLLM's EAGLE R1, R2)
     mamba_below: Any = None  # t ↦ the largest stored, visible Mamba state <= t (0: none), the rule set's own
-    rule: str = "pr53324"  # the rule set whose store rule this is
 
 
 VLLM = "vllm-0.33.0"
@@ -180,7 +179,7 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = N
 
     cf = ClosedForm(m=m, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail, tail_vis=tail_vis, sel=sel, nb=nb,
                     inside=inside, reach=r, hit=hit, mamba_calls=calls, tail_attention=tail_of(att_has, m),
-                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2), mamba_below=mamba_at, rule=rule)
+                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2), mamba_below=mamba_at)
     return cf, att_has, mam_has
 
 
@@ -263,3 +262,10 @@ def compute_closed_safe(ops: Any, x: Params, cf: ClosedForm, f: Any, mok: Any) -
     below = cf.mamba_below(lim)  # the rule set's largest stored state short of h, within the loaded prefix
     safe = ops.let("safe", ops.If(h <= 0, 0, ops.If(ops.And(cap >= h, mok == 1), h, below)))
     return safe, cap, lim, below
+
+
+def compute_closed_resend(ops: Any, x: Params, rule: str) -> Any:
+    """Return the best hit of an identical resend in units (spec/lookup.py compute_resend_best with a = u):
+    ⌊(P−1)/u⌋, and max(⌊P/u⌋ − 1, 0) with the EAGLE drop (no drop under hash lookahead)."""
+    p1 = ops.floordiv(ops.max(x.p - 1, 0), x.u)
+    return p1 if rule == LOOKAHEAD else ops.If(x.e == 1, ops.max(ops.floordiv(x.p, x.u) - 1, 0), p1)

@@ -23,6 +23,7 @@ from .closed_form import (
     VLLM_RULES,
     Params,
     compute_closed_form,
+    compute_closed_resend,
     compute_closed_safe,
     compute_closed_witness,
     has_mamba_facts,
@@ -187,15 +188,17 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
 FAILURE_THEOREMS = ("F-1", "F-2", "F-3", "F-4", "F-7", "F-MAX")
 
 
-def _failure_witness(ops: Any, x: Params, closed: tuple[Any, Any, Any], f: Any, mok: Any,
-                     safe_parts: tuple[Any, ...] | None = None, retry: Any = None) -> Any:
-    """Return the closed-form failure witness; the retry's hit is the closed form capped at safe (`retry`, or
-    computed here)."""
+def _model_params(model: dict[str, int]) -> Params:
+    """Return the closed-form parameters of a Z3 model (for a replay on ints)."""
+    return Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
+
+
+def _failure_witness(ops: Any, closed: tuple[Any, Any, Any], f: Any, mok: Any, safe_parts: tuple[Any, ...],
+                     retry: Any) -> Any:
+    """Return the closed-form failure witness: safe_parts from compute_closed_safe, retry the capped lookup's hit."""
     from kvspec.spec.invariants import FailureWitness
     cf, _, mam_has = closed
-    safe, cap, _, _ = safe_parts or compute_closed_safe(ops, x, cf, f, mok)
-    if retry is None:
-        retry = compute_closed_form(ops, x, cf.rule, cap=safe)[0].hit
+    safe, cap, _, _ = safe_parts
     one = ops.z3.IntVal(1) if hasattr(ops, "z3") else 1  # a = u: one unit
     return FailureWitness(alignment=one, hit=cf.hit, safe=safe, all_ok=ops.And(f < 0, mok == 1), attention_loaded=(cap,),
                           mamba_has=mam_has, mamba_loaded=mok == 1, has_mamba=True, retry_hit=retry)
@@ -222,7 +225,7 @@ def _failure(inv_id: str, rule: str = "pr53324") -> Callable[[Z3Ops], Query]:
             pre = ops.And(pre, ops.Implies(parts[0] <= again.n_below, again.hit <= ops.max(parts[0], 0)))
             opaque |= {str(again.hit)}
             retry = again.hit
-        w = _failure_witness(ops, x, closed, f, mok, parts, retry)
+        w = _failure_witness(ops, closed, f, mok, parts, retry)
         return Query(pre=pre, claim=get_invariant(inv_id).predicate(ops, w), variables={**v, "f": f, "mok": mok},
                      opaque=opaque)
 
@@ -249,20 +252,13 @@ def _retry_lemma(rule: str) -> Callable[[Z3Ops], Query]:
 
 def _replay_retry(rule: str) -> Callable[[dict[str, int]], bool]:
     def replay(model: dict[str, int]) -> bool:
-        x = Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
+        x = _model_params(model)
         if not pre_params(IntOps, x):
             return False
         again = compute_closed_form(IntOps, x, rule, cap=model["k"])[0]
         return bool(model["k"] <= again.n_below and again.hit > max(model["k"], 0))
 
     return replay
-
-
-def compute_closed_resend(ops: Any, x: Params, rule: str) -> Any:
-    """Return the best hit of an identical resend in units (spec/lookup.py compute_resend_best with a = u):
-    ⌊(P−1)/u⌋, and max(⌊P/u⌋ − 1, 0) with the EAGLE drop (no drop under hash lookahead)."""
-    p1 = ops.floordiv(ops.max(x.p - 1, 0), x.u)
-    return p1 if rule == LOOKAHEAD else ops.If(x.e == 1, ops.max(ops.floordiv(x.p, x.u) - 1, 0), p1)
 
 
 def _resend(rule: str) -> Callable[[Z3Ops], Query]:
@@ -283,7 +279,7 @@ def _resend(rule: str) -> Callable[[Z3Ops], Query]:
 
 def _replay_resend(rule: str) -> Callable[[dict[str, int]], bool]:
     def replay(model: dict[str, int]) -> bool:
-        x = Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
+        x = _model_params(model)
         if not (pre_params(IntOps, x) and x.p == x.n == x.s_shared):
             return False
         return bool(compute_closed_form(IntOps, x, rule)[0].hit != compute_closed_resend(IntOps, x, rule))
@@ -295,14 +291,16 @@ def _replay_failure(inv_id: str, rule: str = "pr53324") -> Callable[[dict[str, i
     inv = get_invariant(inv_id)
 
     def replay(model: dict[str, int]) -> bool:
-        x = Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
+        x = _model_params(model)
         if not pre_params(IntOps, x):
             return False
         closed = compute_closed_form(IntOps, x, rule)
         c = -(-closed[0].hit // closed[0].m) - 1
         if not (-1 <= model["f"] <= c and model["mok"] in (0, 1)):
             return False
-        return not inv.predicate(IntOps, _failure_witness(IntOps, x, closed, model["f"], model["mok"]))
+        parts = compute_closed_safe(IntOps, x, closed[0], model["f"], model["mok"])
+        retry = compute_closed_form(IntOps, x, rule, cap=parts[0])[0].hit
+        return not inv.predicate(IntOps, _failure_witness(IntOps, closed, model["f"], model["mok"], parts, retry))
 
     return replay
 
@@ -312,7 +310,7 @@ def _replay_scenario(inv_id: str, legacy: bool = False, draft: bool = False,
     inv = None if inv_id in STEPS else get_invariant(inv_id)
 
     def replay(model: dict[str, int]) -> bool:
-        x = Params(**{k: model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
+        x = _model_params(model)
         if not pre_params(IntOps, x):
             return False
         closed = compute_closed_form(IntOps, x, rule)

@@ -199,13 +199,16 @@ def test_failure_closure_is_proved_per_rule_set():
         assert v.ok and v.answer == "proved", (name, v)
 
 
-def test_retry_lemma_replays_a_bound_past_the_cap():
-    """LEMMA-RETRY's replay recognises a real counterexample: with k past ⌊(N−1)/u⌋ (outside its precondition) the
-    capped hit can exceed k, and with k = 0 it cannot."""
-    from kvspec.checks.prove import _replay_retry
+def test_retry_lemma_replays_a_bound_past_the_cap(monkeypatch):
+    """LEMMA-RETRY's replay names a counterexample only inside its precondition and only when the capped hit exceeds
+    the cap: none for the real capped closed form (k = 0, or k past ⌊(N−1)/u⌋), one for a lookup that ignores the cap."""
+    from kvspec.checks import prove as P
     x = dict(u=128, q=12, d=8, e=1, dense=0, p=15000, n=15000, s_shared=15000)
-    assert not _replay_retry("vllm-0.33.0")({**x, "k": 0})
-    assert not _replay_retry("vllm-0.33.0")({**x, "k": 200})  # outside the precondition: not a counterexample
+    assert not P._replay_retry("vllm-0.33.0")({**x, "k": 0})
+    assert not P._replay_retry("vllm-0.33.0")({**x, "k": 200})  # outside the precondition: not a counterexample
+    real = P.compute_closed_form
+    monkeypatch.setattr(P, "compute_closed_form", lambda ops, x, rule="pr53324", cap=None: real(ops, x, rule))
+    assert P._replay_retry("vllm-0.33.0")({**x, "k": 0})  # the uncapped resend hits > 0
 
 
 def test_retry_lemma_fails_for_an_uncapped_retry(monkeypatch):
@@ -239,3 +242,20 @@ def test_resend_theorems():
     assert evaluate_scenario(sc).hit_length < compute_resend_best(sc.geometry, x.p)
     v = prove(names["RESEND/z3@vllm-0.33.0-lookahead"])
     assert v.answer == "proved" and v.ok, v
+
+
+def test_closed_resend_best_is_the_specs():
+    """The resend best the RESEND/z3 theorems state (closed_form.compute_closed_resend, in units) is spec/lookup.py's
+    compute_resend_best on the closed form's geometries, every rule set, EAGLE on and off."""
+    from kvspec.checks.closed_form import LOOKAHEAD, Params, compute_closed_resend
+    from kvspec.checks.link import build_scenario
+    from kvspec.spec.lookup import compute_resend_best
+    from kvspec.spec.ops import IntOps
+    from kvspec.spec.rules import get_rules
+    for rule in ("pr53324", "vllm-0.33.0", LOOKAHEAD):
+        for u, q, d, e in ((1, 1, 1, 0), (2, 3, 2, 1), (4, 2, 8, 1), (128, 12, 8, 0)):
+            for p in range(1, 3 * q * u * d + 2 * u, max(1, u // 2)):
+                x = Params(u=u, q=q, d=d, e=e, dense=0, p=p, n=p, s_shared=p)
+                g = build_scenario(x, rule=rule).geometry
+                want = compute_resend_best(g, p, get_rules(rule).lookahead)
+                assert u * compute_closed_resend(IntOps, x, rule) == want, (rule, x)
