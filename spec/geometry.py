@@ -53,8 +53,10 @@ Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
 def _int_field(rule: str, limit: int = 0, limit_rule: str = "") -> Validator:
     def check(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        require(_is_int(value), RULE_INT, f"{attribute.name} must be an integer, got {value!r}")
-        require(value >= 1, rule, f"{attribute.name} must be >= 1, got {value}")
+        if not _is_int(value):
+            raise SpecError(RULE_INT, f"{attribute.name} must be an integer, got {value!r}")
+        if value < 1:
+            raise SpecError(rule, f"{attribute.name} must be >= 1, got {value}")
         if limit:
             check_count(value, limit, limit_rule, attribute.name)
 
@@ -67,12 +69,14 @@ def resolve_kind(name: str) -> str:
 
 
 def _kind(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
-    require(value in KINDS, RULE_KIND, f"unknown group kind {value!r} (known: {', '.join(KINDS)}; aliases: "
-                                       f"{', '.join(f'{a}={k}' for a, k in KIND_ALIASES.items())})")
+    if value not in KINDS:
+        raise SpecError(RULE_KIND, f"unknown group kind {value!r} (known: {', '.join(KINDS)}; aliases: "
+                        f"{', '.join(f'{a}={k}' for a, k in KIND_ALIASES.items())})")
 
 
 def _bool(inst: object, attribute: attrs.Attribute, value: object) -> None:  # type: ignore[type-arg]
-    require(isinstance(value, bool), RULE_INT, f"{attribute.name} must be a bool, got {value!r}")
+    if not isinstance(value, bool):
+        raise SpecError(RULE_INT, f"{attribute.name} must be a bool, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -121,7 +125,8 @@ class Geometry:
         require(len(value) >= 1, RULE_GROUPS, "a geometry needs at least one group")
         check_count(len(value), MAX_GROUPS, RULE_LIMIT_GROUPS, "group count")
         for g in value:
-            require(isinstance(g, Group), RULE_KIND, f"not a Group: {g!r}")
+            if not isinstance(g, Group):
+                raise SpecError(RULE_KIND, f"not a Group: {g!r}")
 
     @retention.validator
     def _check_retention(self, attribute: attrs.Attribute, value: str) -> None:  # type: ignore[type-arg]
@@ -130,8 +135,9 @@ class Geometry:
 
     def __attrs_post_init__(self) -> None:
         for gid, g in enumerate(self.groups):
-            require(g.block_size % self.unit == 0, RULE_UNIT_DIVIDES,
-                    f"unit {self.unit} does not divide block size {g.block_size} of group {gid}")
+            if g.block_size % self.unit != 0:
+                raise SpecError(RULE_UNIT_DIVIDES,
+                                f"unit {self.unit} does not divide block size {g.block_size} of group {gid}")
         kinds = {g.kind for g in self.groups}
         p = self.parallel
         require(not (p.pcp > 1 and len(kinds) > 1), RULE_PCP_HYBRID,
@@ -139,9 +145,9 @@ class Geometry:
         require(not (p.interleave != 1 and p.dcp > 1 and len(kinds) > 1), RULE_INTERLEAVE_HYBRID,
                 f"interleave {p.interleave} != 1 is refused with DCP {p.dcp} on a hybrid geometry")
         for gid, g in enumerate(self.groups):
-            if g.kind == "attention":
-                require(g.block_size % p.interleave == 0, RULE_INTERLEAVE_DIVIDES,
-                        f"interleave {p.interleave} does not divide block size {g.block_size} of group {gid}")
+            if g.kind == "attention" and g.block_size % p.interleave != 0:
+                raise SpecError(RULE_INTERLEAVE_DIVIDES,
+                                f"interleave {p.interleave} does not divide block size {g.block_size} of group {gid}")
 
 
 def make_geometry(unit: int, groups: list[tuple[str, int, bool]] | tuple[Group, ...], dcp: int = 1,

@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from .geometry import compute_alignment, compute_span
-from .lookup import compute_best_hit, compute_tail_block
+from .lookup import compute_best_hit, compute_group_present, compute_tail_block
 from .rules import compute_rule_geometry, get_rules
 from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_stored
 from .store import compute_present_after
@@ -64,13 +64,13 @@ def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
     g = scenario.geometry
     h = outcome.hit_length
     # outcome.present is not trusted (a mutant may have computed it): E comes from the spec's own rules
-    truth = compute_present_after(g, compute_stored(scenario), scenario.evicted)
+    truth = compute_present_after(g, compute_stored(scenario, SPEC_STAGES), scenario.evicted)
     tails = dict(outcome.tails)
     last_key = {e.group: e.key_boundary for e in outcome.load}  # plan order: last entry of g is its tail block
     views = []
     for gid, gr in enumerate(g.groups):
         s = compute_span(g, GroupId(gid))
-        mine = frozenset(t for x, t in truth if x == gid)
+        mine = compute_group_present(truth, (GroupId(gid),))
         views.append(GroupView(attention=gr.kind == "attention", span=s,
                                tail_block=compute_tail_block(s, h) if h > 0 else -1,
                                tail=tails.get(GroupId(gid), MISSING), tail_key=last_key.get(GroupId(gid), MISSING),

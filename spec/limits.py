@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import require
+from .errors import SpecError
 
 MAX_DCP = 4096  # DCP ranks (a rank list is enumerated)
 MAX_PCP = 4096
@@ -31,7 +31,8 @@ RULE_LIMIT_SHARDS = "limit-shards"
 
 def check_count(value: int, limit: int, rule: str, what: str) -> None:
     """Raise SpecError(rule) unless value <= limit."""
-    require(value <= limit, rule, f"{what} {value} exceeds the limit {limit} (spec/limits.py)")
+    if value > limit:
+        raise SpecError(rule, f"{what} {value} exceeds the limit {limit} (spec/limits.py)")
 
 
 def compute_shard_bound(dcp: int, spans: tuple[int, ...], longest: int, requests: int, objects: int) -> int:

@@ -65,13 +65,23 @@ def compute_spec_groups(geometry: Geometry) -> tuple[SpecGroup, ...]:
     return tuple(sorted(merged, key=lambda sg: 0 if sg.kind == "attention" else 1))
 
 
-def compute_group_present(present: Iterable[Obj], members: tuple[GroupId, ...]) -> frozenset[Boundary]:
-    """Return the boundaries present for every member of a spec group."""
-    per: dict[GroupId, set[Boundary]] = {m: set() for m in members}
+@functools.lru_cache(maxsize=64)  # one present set is read by the fixed point, the best hit and the witness
+def compute_present_by_group(present: frozenset[Obj]) -> Mapping[GroupId, frozenset[Boundary]]:
+    """Return each group's present boundaries: {g: {t : (g, t) ∈ E}} (groups with none left out)."""
+    per: dict[GroupId, set[Boundary]] = {}
     for g, t in present:
-        if g in per:
-            per[g].add(t)
-    return frozenset(set.intersection(*per.values()))
+        per.setdefault(g, set()).add(t)
+    return {g: frozenset(ts) for g, ts in per.items()}
+
+
+@functools.lru_cache(maxsize=256)
+def compute_group_present(present: frozenset[Obj], members: tuple[GroupId, ...]) -> frozenset[Boundary]:
+    """Return the boundaries present for every member of a spec group: ∩_m {t : (m, t) ∈ E}."""
+    per = compute_present_by_group(present)
+    out = per.get(members[0], frozenset())
+    for m in members[1:]:
+        out = out & per.get(m, frozenset())
+    return out
 
 
 def compute_peek_margin(geometry: Geometry, span: Tokens) -> Tokens:

@@ -8,9 +8,11 @@ A rule set is one frozen value; the stages that differ between rule sets dispatc
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 
-from .errors import SpecError, require
+from .errors import SpecError
 from .geometry import Geometry, compute_span
 from .types import GroupId
 
@@ -110,6 +112,7 @@ def get_rules(name: str) -> RuleSet:
     return RULE_SETS[name]
 
 
+@functools.lru_cache(maxsize=4096)  # pure over frozen values: one geometry per (rule set, geometry)
 def compute_rule_geometry(rules: RuleSet, geometry: Geometry) -> Geometry:
     """Return the geometry a rule set's store rule and lookup run on: with hash lookahead (λ > 0) no group takes the
     EAGLE drop (the hash covers the drafter's next token), so the EAGLE flags are cleared; else the geometry."""
@@ -135,6 +138,7 @@ def check_config(rules: RuleSet, geometry: Geometry) -> None:
 
 def check_single_group_unit(unit: int, span: int) -> None:
     """Raise SpecError unless u = the span, what vLLM 0.33.0 asks of a model with a single KV-cache group."""
-    require(unit == span, RULE_VLLM_UNIT,
-            f"vLLM 0.33.0 refuses prefix_match_unit={unit} with a single KV cache group: hits land on "
-            f"the block size ({span}); unset it or set it to {span} (resolve_kv_cache_block_sizes)")
+    if unit != span:
+        raise SpecError(RULE_VLLM_UNIT,
+                        f"vLLM 0.33.0 refuses prefix_match_unit={unit} with a single KV cache group: hits land on "
+                        f"the block size ({span}); unset it or set it to {span} (resolve_kv_cache_block_sizes)")

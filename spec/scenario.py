@@ -6,6 +6,7 @@ and the test vectors use (attrs is not a serializer).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -45,9 +46,11 @@ RESULT_VERSION = 3  # 2: "rules" (a rule set name) replaces "rule"; 3: the input
 
 
 def _int(x: object, what: str, lo: int = 0, rule: str = RULE_SCENARIO) -> int:
-    require(isinstance(x, int) and not isinstance(x, bool), rule, f"{what} must be an integer, got {x!r}")
-    require(x >= lo, rule, f"{what} must be >= {lo}, got {x}")  # type: ignore[operator]
-    return x  # type: ignore[return-value]
+    if not isinstance(x, int) or isinstance(x, bool):
+        raise SpecError(rule, f"{what} must be an integer, got {x!r}")
+    if x < lo:
+        raise SpecError(rule, f"{what} must be >= {lo}, got {x}")
+    return x
 
 
 @attrs.frozen(kw_only=True)
@@ -58,7 +61,7 @@ class StoredRequest:
     shared: int
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Scenario:
     """A geometry, the stored requests (or an explicit present set), evictions, one lookup of N tokens."""
 
@@ -76,8 +79,9 @@ class Scenario:
         for r in self.stored:
             check_count(_int(r.prompt, "stored prompt", 0), MAX_PROMPT, RULE_LIMIT_PROMPT, "stored prompt")
             _int(r.shared, "shared", 0)
-            require(r.shared <= min(r.prompt, self.prompt), RULE_SCENARIO,
-                    f"shared {r.shared} exceeds min(stored prompt {r.prompt}, prompt {self.prompt})")
+            if r.shared > min(r.prompt, self.prompt):
+                raise SpecError(RULE_SCENARIO,
+                                f"shared {r.shared} exceeds min(stored prompt {r.prompt}, prompt {self.prompt})")
         g = self.geometry
         spans = tuple(compute_span(g, GroupId(i)) for i in range(len(g.groups)))
         longest, extra = max([self.prompt, *(r.prompt for r in self.stored)]), len(self.objects or ()) + len(self.evicted)
@@ -92,11 +96,14 @@ class Scenario:
             u, top = self.geometry.unit, self.prompt // self.geometry.unit * self.geometry.unit
             for gid, t in self.objects:
                 _int(gid, "stored group", 0, RULE_STORED)
-                require(gid < len(self.geometry.groups), RULE_STORED, f"group {gid} is not a group of the geometry")
+                if gid >= len(self.geometry.groups):
+                    raise SpecError(RULE_STORED, f"group {gid} is not a group of the geometry")
                 _int(t, "stored boundary", 1, RULE_STORED)
-                require(t % u == 0, RULE_STORED, f"boundary {t} is not a multiple of the unit {u}")
-                require(t <= top, RULE_STORED,
-                        f"boundary {t} is past the lookup request's last hash boundary {top}")
+                if t % u != 0:
+                    raise SpecError(RULE_STORED, f"boundary {t} is not a multiple of the unit {u}")
+                if t > top:
+                    raise SpecError(RULE_STORED,
+                                    f"boundary {t} is past the lookup request's last hash boundary {top}")
 
 
 @attrs.frozen(kw_only=True)
@@ -131,6 +138,7 @@ class Outcome:
         return Tokens(self.lookup.hit_length if self.lookup else 0)
 
 
+@functools.lru_cache(maxsize=256)  # the evaluation and the witness's own E both read it
 def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[Obj]:
     """Return every object the lookup request can name (each written by every rank), before evictions."""
     if scenario.objects is not None:
