@@ -37,7 +37,7 @@ class Delta:
     where: str
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class RuleSet:
     """A named rule set: the store rule, the tail-key rule, configuration refusals and hash lookahead."""
 
