@@ -210,6 +210,7 @@ def compute_rank_fields(geometry: Geometry, rank: Rank) -> RankFields:
     return RankFields(tp_rank=rank, pcp_rank=0, dcp_rank=rank, pp_rank=0)
 
 
+@functools.lru_cache(maxsize=4096)
 def compute_group_ids(geometry: Geometry, kind: str) -> tuple[GroupId, ...]:
     """Return the ids of the groups of one kind, in id order."""
     return tuple(GroupId(i) for i, g in enumerate(geometry.groups) if g.kind == kind)
