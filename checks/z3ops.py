@@ -9,15 +9,68 @@ from collections.abc import Callable
 from typing import Any
 
 
+class Z3InContext:
+    """The z3 module bound to one Z3 context: every term, solver and tactic built through it lives there.
+
+    A theorem gets a context of its own, so its proof does not depend on which theorems the same process
+    proved before (Z3's search order follows the ids of the terms its context has made).
+    """
+
+    def __init__(self) -> None:
+        import z3  # lazy: the spec itself never needs z3
+
+        self._z3 = z3
+        self.ctx = z3.Context()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._z3, name)
+
+    # z3's own names, each building in this context
+    def Int(self, name: str) -> Any:
+        return self._z3.Int(name, self.ctx)
+
+    def Ints(self, names: str) -> Any:
+        return self._z3.Ints(names, self.ctx)
+
+    def IntVal(self, value: int) -> Any:
+        return self._z3.IntVal(value, self.ctx)
+
+    def Bool(self, name: str) -> Any:
+        return self._z3.Bool(name, self.ctx)
+
+    def BoolVal(self, value: bool) -> Any:
+        return self._z3.BoolVal(value, self.ctx)
+
+    def And(self, *xs: Any) -> Any:
+        return self._z3.And(*xs, self.ctx)
+
+    def Or(self, *xs: Any) -> Any:
+        return self._z3.Or(*xs, self.ctx)
+
+    def Not(self, x: Any) -> Any:
+        return self._z3.Not(x, self.ctx)
+
+    def Implies(self, a: Any, b: Any) -> Any:
+        return self._z3.Implies(a, b, self.ctx)
+
+    def If(self, c: Any, x: Any, y: Any) -> Any:
+        return self._z3.If(c, x, y, self.ctx)
+
+    def Solver(self) -> Any:
+        return self._z3.Solver(ctx=self.ctx)
+
+    def Then(self, *tactics: str) -> Any:
+        return self._z3.Then(*tactics, ctx=self.ctx)
+
+
 class Z3Ops:
-    """Build Z3 terms; divisions record the side condition divisor >= 1."""
+    """Build Z3 terms (in a context of their own); divisions record the side condition divisor >= 1."""
 
     name = "z3"
 
     def __init__(self, div_vars: bool = False) -> None:
-        import z3  # lazy: the spec itself never needs z3
-
-        self.z3 = z3
+        self.z3 = Z3InContext()
+        self.rlimit_seen = 0  # the context's resource counter after the last query (see prove._query)
         # div_vars: a division by a non-numeral term gets explicit quotient/remainder variables
         # (a = k·b + r, 0 <= r < b, a definition), which leaves Z3 only multiplications.
         self.div_vars = div_vars

@@ -259,3 +259,16 @@ def test_closed_resend_best_is_the_specs():
                 g = build_scenario(x, rule=rule).geometry
                 want = compute_resend_best(g, p, get_rules(rule).lookahead)
                 assert u * compute_closed_resend(IntOps, x, rule) == want, (rule, x)
+
+
+def test_a_proof_does_not_depend_on_what_the_process_proved_before():
+    """Each theorem gets a Z3 context of its own: the same queries take the same resource units after other proofs
+    (with one global context, Z3's search followed the ids of every term made before, and LEGACY-D1-SAFE went from
+    4 s to beyond its budget depending on which worker proved it)."""
+    ths = {t.name: t for t in compute_theorems()}
+    first = prove(ths["I-14"])
+    prove(ths["I-1/2"])
+    prove(ths["I-6"])
+    again = prove(ths["I-14"])
+    assert first.ok and again.ok
+    assert (first.queries, first.rlimit_used) == (again.queries, again.rlimit_used) and first.rlimit_used > 0
