@@ -460,17 +460,18 @@ def compute_conjuncts(z3: Any, claim: Any) -> list[Any]:
     return [claim]
 
 
+ATTEMPTS: tuple[tuple[str, int], ...] = (("pipeline", 4), ("default", 1))  # (solver, 1/share of the rlimit), per seed
 WALL_BACKSTOP_S = 900.0  # per theorem: only a guard against a hang; the budget is the rlimit
 
 
 def _query(th: Theorem, name: str, q: Query, goal: Any, ops: Z3Ops, guarded: bool, deadline: float,
-           seed: int = 0) -> tuple[Any, Any, int]:
+           seed: int = 0, share: int = 1) -> tuple[Any, Any, int]:
     """Return (answer, solver, resource units used) of: is there a model of pre and the definitions where goal fails?"""
     z3, pre = ops.z3, q.pre
     plain, guards = ops.compute_cone(pre, goal, opaque=q.opaque)
     defs = guards if guarded else plain
     solver = SOLVERS[name](z3)
-    solver.set("rlimit", th.rlimit // 4 if name == "pipeline" else th.rlimit)  # the pipeline gets a quarter
+    solver.set("rlimit", th.rlimit // share)
     solver.set("random_seed", seed)
     solver.set("timeout", max(1, int(1000 * (deadline - time.perf_counter()))))
     solver.add(pre, *defs, z3.Not(goal))
@@ -504,8 +505,8 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
         goals.append((z3.And(*ops.side), th.div_vars))
     reasons, queries, most = [], 0, 0
     for goal, guarded in goals:
-        for seed, name in ((seed, name) for seed in th.seeds for name in SOLVERS):
-            res, solver, used = _query(th, name, q, goal, ops, guarded, deadline, seed)
+        for seed, (name, share) in ((seed, step) for seed in th.seeds for step in ATTEMPTS):
+            res, solver, used = _query(th, name, q, goal, ops, guarded, deadline, seed, share)
             queries, most = queries + 1, max(most, used)
             if res == z3.unsat:
                 break
