@@ -93,7 +93,8 @@ def compute_rank_objects(geometry: Geometry, objects: Iterable[Obj]) -> frozense
     return frozenset((g, t, r) for g, t in objects for r in compute_ranks(geometry))
 
 
-def compute_visible(objects: Iterable[Obj], shared: Tokens, lookahead: int = 0) -> frozenset[Obj]:
+@functools.lru_cache(maxsize=256)  # pure: the scenarios of one stored request share it (each eviction, each lookup)
+def compute_visible(objects: frozenset[Obj], shared: Tokens, lookahead: int = 0) -> frozenset[Obj]:
     """Return the objects a lookup request can name: H_t (covering [0, t + λ)) agrees for t + λ <= the shared prefix."""
     return frozenset((g, t) for g, t in objects if t + lookahead <= shared)
 
