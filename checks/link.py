@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import attrs
@@ -15,15 +16,21 @@ from kvspec.spec.types import GroupId
 from .closed_form import Params, compute_closed_form, compute_closed_safe, compute_scaled
 
 
+@functools.lru_cache(maxsize=1024)  # a scope's inputs share few geometries: one value each (and warm spec caches)
+def build_geometry(u: int, q: int, d: int, e: int, dense: int, draft: bool) -> Geometry:
+    """Return the closed form's geometry: attention (EAGLE if e) + Mamba of block q·u, D = d, an equal-spec draft
+    group (which then carries the EAGLE flag) if asked."""
+    b = q * u
+    groups = [Group(kind="attention", block_size=b, eagle=bool(e) and not draft)]
+    if draft:
+        groups.append(Group(kind="attention", block_size=b, eagle=bool(e)))
+    groups.append(Group(kind="mamba", block_size=b))
+    return Geometry(unit=u, groups=tuple(groups), parallel=Parallel(dcp=d), retention="dense" if dense else "replay")
+
+
 def build_scenario(x: Params, draft: bool = False, rule: str = "pr53324") -> Scenario:
     """Return the executable scenario the closed form describes (with an equal-spec draft group if asked)."""
-    b = x.q * x.u
-    groups = [Group(kind="attention", block_size=b, eagle=bool(x.e) and not draft)]
-    if draft:
-        groups.append(Group(kind="attention", block_size=b, eagle=bool(x.e)))
-    groups.append(Group(kind="mamba", block_size=b))
-    g = Geometry(unit=x.u, groups=tuple(groups), parallel=Parallel(dcp=x.d),
-                 retention="dense" if x.dense else "replay")
+    g = build_geometry(x.u, x.q, x.d, x.e, x.dense, draft)
     return Scenario(geometry=g, prompt=x.n, stored=(StoredRequest(prompt=x.p, shared=x.s_shared),), rules=rule)
 
 
