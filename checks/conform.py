@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from kvspec.spec.errors import SpecError
-from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
+from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_spans
 from kvspec.spec.keys import KEY_GRAMMARS, compute_hash_chain
 from kvspec.spec.limits import compute_longest_prompt
 from kvspec.spec.plan import plan_load_keys
@@ -24,7 +24,7 @@ from kvspec.spec.presets import get_preset
 from kvspec.spec.rules import get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored_objects, evaluate_scenario
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
-from kvspec.spec.types import GroupId, Tokens
+from kvspec.spec.types import Tokens
 
 RULES = "vllm-0.33.0"
 FIELDS = ("refusal", "stored", "hit", "tails", "load_keys")
@@ -80,7 +80,7 @@ def _draw_case(rng: random.Random) -> Case:
     lcm, u = compute_lcm_span(g), g.unit
     # within spec/limits.py (3 stored requests, up to 3 evicted shards on every rank): an input limit of the
     # spec, not a configuration vLLM refuses, so it must not show up as a refusal to compare
-    spans = tuple(compute_span(g, GroupId(i)) for i in range(len(g.groups)))
+    spans = compute_spans(g)
     cap = compute_longest_prompt(g.parallel.dcp, spans, 3, 3 * g.parallel.dcp) - 2 * u
     top = max(min(MAX_TOKENS, 3 * lcm + 3 * u, cap), 2)
 

@@ -166,6 +166,12 @@ def compute_span(geometry: Geometry, group: GroupId) -> Tokens:
 
 
 @functools.lru_cache(maxsize=4096)
+def compute_spans(geometry: Geometry) -> tuple[Tokens, ...]:
+    """Return (s_0, s_1, …), every group's span in id order."""
+    return tuple(compute_span(geometry, GroupId(i)) for i in range(len(geometry.groups)))
+
+
+@functools.lru_cache(maxsize=4096)
 def compute_lcm_span(geometry: Geometry) -> Tokens:
     """Return L, the lcm of all group spans."""
     return Tokens(math.lcm(*(compute_span(geometry, GroupId(i)) for i in range(len(geometry.groups)))))

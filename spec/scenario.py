@@ -19,6 +19,7 @@ from .geometry import (
     compute_alignment,
     compute_lcm_span,
     compute_span,
+    compute_spans,
     decode_geometry_input,
     encode_geometry_input,
     is_fine,
@@ -83,7 +84,7 @@ class Scenario:
                 raise SpecError(RULE_SCENARIO,
                                 f"shared {r.shared} exceeds min(stored prompt {r.prompt}, prompt {self.prompt})")
         g = self.geometry
-        spans = tuple(compute_span(g, GroupId(i)) for i in range(len(g.groups)))
+        spans = compute_spans(g)
         longest, extra = max([self.prompt, *(r.prompt for r in self.stored)]), len(self.objects or ()) + len(self.evicted)
         shards = compute_shard_bound(g.parallel.dcp, spans, longest, len(self.stored), extra)
         if shards > MAX_SHARDS:  # the message's longest prompt costs a search: only on the way out
