@@ -427,16 +427,25 @@ def compute_theorems() -> tuple[Theorem, ...]:
                            precondition=_pre("S = P = N; u, q, D, P symbolic", STEPS[:2]), **SYMBOLIC))
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
                        "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
-                       # one conjunct is heavy-tailed: seed 0 spends any budget in a fresh context; seed 1 proves it
-                       # in ~10M units (measured). Three seeds at 40M each bound the cost and keep it deterministic.
-                       seeds=(0, 1, 2), rlimit=40_000_000,
+                       rlimit=40_000_000,  # per seed (SEEDS): a stuck seed gives way early
                        replay=_replay_scenario("I-20", legacy=True),
                        precondition=_pre("D = 1; u, q, P, N, S symbolic", STEPS), **SYMBOLIC))
     out.append(Theorem(name="LEGACY-I-20", statement="legacy rule (tail keyed at h): every load key is "
                        "stored [D = 8, u = 128, b = 1536]", build=_scenario("I-20", (8, 128, 12), legacy=True), expected="refuted",
                        budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True),
                        precondition=_pre("D = 8, u = 128, b = 1536; P, N, S symbolic")))
-    return tuple(out)
+    return tuple(attrs.evolve(t, seeds=SEEDS[t.name]) if t.name in SEEDS else t for t in out)
+
+
+# Z3 random seeds that are proof hints, found by measurement in a fresh context (seed 0 otherwise). Each list is tried
+# in order while the answer is unknown, so a hint that stops working falls back to the seeds after it.
+SEEDS: dict[str, tuple[int, ...]] = {
+    # one conjunct is heavy-tailed: seeds 0 and 2 first end unknown at 40M units; seed 1 proves all in ≈14 s
+    "LEGACY-D1-SAFE": (1, 0, 2),
+    "F-MAX/z3": (2, 0),  # seed 0: 14.5 s; seeds 1-3: 5-6.5 s
+    "F-4/z3": (1, 0),  # seed 0: 8.7 s; seed 1: 2.0 s
+    "I-20/draft@vllm-0.33.0-lookahead": (2, 0),  # seed 0: 9.8 s; seed 2: 4.7 s
+}
 
 
 # The portfolio, tried in this order per query: a preprocessing pipeline that turns nested if-then-else into linear
