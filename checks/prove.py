@@ -445,6 +445,8 @@ SEEDS: dict[str, tuple[int, ...]] = {
     "F-MAX/z3": (2, 0),  # seed 0: 14.5 s; seeds 1-3: 5-6.5 s
     "F-4/z3": (1, 0),  # seed 0: 8.7 s; seed 1: 2.0 s
     "I-20/draft@vllm-0.33.0-lookahead": (2, 0),  # seed 0: 9.8 s; seed 2: 4.7 s
+    "I-20@vllm-0.33.0-lookahead": (2, 0),  # seed 0: 5.8 s; seed 2: 2.4 s
+    "I-15@vllm-0.33.0-lookahead": (2, 0),  # seed 0: 5.2 s; seed 2: 1.2 s
 }
 
 
