@@ -180,8 +180,9 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
         if k < len(STEPS):
             return Query(pre=ops.And(pre_params(ops, x), *claims[:k]), claim=claims[k], variables=v, opaque=opaque[k])
         w = compute_closed_witness(ops, x, legacy=legacy, draft=draft, closed=closed)
-        return Query(pre=ops.And(pre_params(ops, x), *claims), claim=get_invariant(step).predicate(ops, w), variables=v,
-                     opaque=opaque[k])
+        inv = get_invariant(step)  # a maximality claim speaks of the tail scan itself: only the hit stays hidden
+        return Query(pre=ops.And(pre_params(ops, x), *claims), claim=inv.predicate(ops, w), variables=v,
+                     opaque=opaque[2] if inv.kind == "maximal" else opaque[k])
 
     return build
 
@@ -402,6 +403,12 @@ def compute_theorems() -> tuple[Theorem, ...]:
                            rests_on=chain_vllm + "; link with an equal-spec draft group",
                            replay=_replay_scenario("I-20", draft=True, rule=vr), precondition=_pre(ALL, STEPS),
                            **SYMBOLIC))
+    for rule in ("pr53324", *VLLM_RULES):  # maximality of the tail boundaries (MAX-HIT's brute force has no closed form)
+        at, under = ("", "") if rule == "pr53324" else (f"@{rule}", f"; rules {rule}")
+        out.append(Theorem(name=f"MAX-TAIL/z3{at}", statement=get_invariant("MAX-TAIL").statement +
+                           f" [every u, q, D{under}]", build=_chain("MAX-TAIL", rule=rule), budget_s=10.0,
+                           rests_on="; ".join((*(f"{st}{at}" for st in STEPS), CLOSED)),
+                           replay=_replay_scenario("MAX-TAIL", rule=rule), precondition=_pre(ALL, STEPS), **SYMBOLIC))
     for rule in ("pr53324", *VLLM_RULES):  # the failure closure under each rule set with a closed form
         at, under = ("", "") if rule == "pr53324" else (f"@{rule}", f"; rules {rule}")
         out.append(Theorem(name=f"LEMMA-RETRY{at}", statement="a lookup capped at k <= ⌊(N−1)/u⌋ hits at most max(k, 0) "

@@ -272,3 +272,25 @@ def test_a_proof_does_not_depend_on_what_the_process_proved_before():
     again = prove(ths["I-14"])
     assert first.ok and again.ok
     assert (first.queries, first.rlimit_used) == (again.queries, again.rlimit_used) and first.rlimit_used > 0
+
+
+def test_tail_maximality_is_proved_and_fails_for_a_tail_one_unit_late():
+    """MAX-TAIL/z3: each tail boundary is the smallest stored unit boundary >= h, for every u, q, D. The same query
+    on a witness whose tails sit one unit later (when h > 0) is refuted: the claim is not vacuous."""
+    import attrs
+
+    ths = {t.name: t for t in compute_theorems()}
+    assert {"MAX-TAIL/z3", "MAX-TAIL/z3@vllm-0.33.0", "MAX-TAIL/z3@vllm-0.33.0-lookahead"} <= set(ths)
+    assert prove(ths["MAX-TAIL/z3"]).answer == "proved"
+
+    def late(ops: Z3Ops) -> Query:
+        q = _chain("MAX-TAIL", (2, 1, 2))(ops)  # D = 2, u = 1, b = 2: P, N, S, EAGLE and retention symbolic
+        x = Params(u=ops.z3.IntVal(1), q=ops.z3.IntVal(2), d=ops.z3.IntVal(2),
+                   **{k: q.variables[k] for k in ("e", "dense", "p", "n", "s_shared")})
+        closed = compute_closed_form(ops, x)
+        w = compute_closed_witness(ops, x, closed=closed)
+        moved = tuple(attrs.evolve(g, tail=ops.If(w.hit > 0, g.tail + w.unit, g.tail)) for g in w.groups)
+        return attrs.evolve(q, claim=get_invariant("MAX-TAIL").predicate(ops, attrs.evolve(w, groups=moved)))
+
+    v = prove(Theorem(name="MAX-TAIL-LATE", statement="a tail one unit late", build=late, div_vars=True))
+    assert v.answer == "refuted" and v.model is not None
