@@ -18,16 +18,17 @@ Ids follow ``docs/domain.md`` section 6 (I-n) where one exists.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
-from .geometry import compute_alignment, compute_span
-from .lookup import compute_best_hit, compute_group_present, compute_tail_block
+from .geometry import Geometry, compute_alignment, compute_span
+from .lookup import compute_best_hit, compute_group_present, compute_lookup, compute_tail_block
 from .rules import compute_rule_geometry, get_rules
 from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_stored
-from .store import compute_present_after
+from .store import Obj, compute_present_after
 from .types import GroupId, Tokens
 
 MISSING = -1  # tail boundary of a group whose tail key could not be found
@@ -358,14 +359,13 @@ def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool
     """Return the failure witness of a load whose per-block results are `ok` (closure rules from `stages`)."""
     from .failure import compute_loaded_prefix
     from .geometry import compute_group_ids
-    from .lookup import compute_lookup
 
     rules = get_rules(scenario.rules)
     g, h, present = compute_rule_geometry(rules, scenario.geometry), outcome.hit_length, outcome.present
     safe = stages.safe(g, present, h, outcome.load, ok)
     mambas = compute_group_ids(g, "mamba")
     cap = stages.retry(0 if all(ok) else 1, safe)
-    retry = (compute_lookup(g, present, Tokens(scenario.prompt), cap=cap, lookahead=rules.lookahead).hit_length
+    retry = (compute_retry_hit(g, present, Tokens(scenario.prompt), cap, rules.lookahead)
              if cap is not None else h)  # the rule set's own lookup, capped
     return FailureWitness(
         alignment=compute_alignment(g), hit=h, safe=safe, all_ok=all(ok),
@@ -374,6 +374,12 @@ def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool
         mamba_has=lambda t: all((m, t) in present for m in mambas),
         mamba_loaded=all(good for e, good in zip(outcome.load, ok) if e.group in mambas),
         has_mamba=bool(mambas), retry_hit=retry)
+
+
+@functools.lru_cache(maxsize=256)  # the load results of one scenario mostly share their cap
+def compute_retry_hit(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, cap: Tokens, lookahead: int) -> Tokens:
+    """Return the hit of the spec's own lookup of N tokens capped at `cap` (the retry after a failed load)."""
+    return compute_lookup(geometry, present, prompt, cap=cap, lookahead=lookahead).hit_length
 
 
 def compute_failure_violations(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...],
