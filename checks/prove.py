@@ -181,9 +181,10 @@ def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, N
         if k < len(STEPS):
             return Query(pre=ops.And(pre_params(ops, x), *claims[:k]), claim=claims[k], variables=v, opaque=opaque[k])
         w = compute_closed_witness(ops, x, legacy=legacy, draft=draft, closed=closed)
-        inv = get_invariant(step)  # a maximality claim speaks of the tail scan itself: only the hit stays hidden
+        inv = get_invariant(step)  # a maximality claim speaks of the tail scan itself: it hides what LEMMA-TAILS hides
+        cut = STEPS.index("LEMMA-TAILS") if inv.kind == "maximal" else k
         return Query(pre=ops.And(pre_params(ops, x), *claims), claim=inv.predicate(ops, w), variables=v,
-                     opaque=opaque[2] if inv.kind == "maximal" else opaque[k])
+                     opaque=opaque[cut])
 
     return build
 
@@ -460,8 +461,8 @@ SEEDS: dict[str, tuple[int, ...]] = {
 }
 
 
-# The portfolio, tried in this order per query: a preprocessing pipeline that turns nested if-then-else into linear
-# case splits, then Z3's default solver.  Any definite answer counts; unknown from both is a failure.
+# The solvers of the portfolio: a preprocessing pipeline that turns nested if-then-else into linear case splits, and
+# Z3's default solver (ATTEMPTS gives their order and budgets).
 SOLVERS: dict[str, Callable[[Any], Any]] = {
     "pipeline": lambda z3: z3.Then("simplify", "propagate-values", "solve-eqs", "purify-arith", "elim-term-ite",
                                    "lia2card", "smt").solver(),
@@ -481,7 +482,9 @@ def compute_conjuncts(z3: Any, claim: Any) -> list[Any]:
     return [claim]
 
 
-ATTEMPTS: tuple[tuple[str, int], ...] = (("pipeline", 4), ("default", 1))  # (solver, 1/share of the rlimit), per seed
+# The portfolio, tried in this order per query and seed: (solver, 1/share of the rlimit). Any definite answer counts;
+# unknown from every attempt of every seed is a failure.
+ATTEMPTS: tuple[tuple[str, int], ...] = (("pipeline", 4), ("default", 1))
 WALL_BACKSTOP_S = 900.0  # per theorem: only a guard against a hang; the budget is the rlimit
 
 

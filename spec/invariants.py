@@ -65,7 +65,7 @@ def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
     g = scenario.geometry
     h = outcome.hit_length
     # outcome.present is not trusted (a mutant may have computed it): E comes from the spec's own rules
-    truth = compute_present_after(g, compute_stored(scenario, SPEC_STAGES), scenario.evicted)
+    truth = compute_present_after(g, compute_stored(scenario), scenario.evicted)
     tails = dict(outcome.tails)
     last_key = {e.group: e.key_boundary for e in outcome.load}  # plan order: last entry of g is its tail block
     views = []

@@ -139,9 +139,13 @@ class Outcome:
         return Tokens(self.lookup.hit_length if self.lookup else 0)
 
 
-@functools.lru_cache(maxsize=256)  # the evaluation and the witness's own E both read it
 def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[Obj]:
     """Return every object the lookup request can name (each written by every rank), before evictions."""
+    return _compute_stored(scenario, stages)  # one memo key however it is called (default or explicit stages)
+
+
+@functools.lru_cache(maxsize=256)  # the evaluation and the witness's own E both read it
+def _compute_stored(scenario: Scenario, stages: Stages) -> frozenset[Obj]:
     if scenario.objects is not None:
         return scenario.objects
     g, rules = scenario.geometry, get_rules(scenario.rules)
