@@ -108,6 +108,20 @@ class Scope:
         """Yield the scope's scenarios (geometries offset, offset+stride, ...)."""
         return iterate_all(self.limit_units, self.evict, stride, offset, self.dcps, self.rules, self.units, self.max_q)
 
+    def geometries(self, stride: int = 1, offset: int = 0) -> Iterator[Geometry]:
+        """Yield the scope's geometries offset, offset+stride, ..."""
+        for k, g in enumerate(iterate_geometries(self.dcps, self.units, self.max_q)):
+            if k % stride == offset:
+                yield g
+
+    def scenarios(self, geometry: Geometry) -> Iterator[Scenario]:
+        """Yield the scope's scenarios of one of its geometries."""
+        return iterate_scenarios(geometry, self.limit_units, self.evict, self.rules)
+
+    def same_but_rules(self, other: Scope) -> bool:
+        """Return whether the two scopes visit the same scenarios, under their own rule sets."""
+        return attrs.evolve(other, name=self.name, rules=self.rules) == self
+
 
 SCOPE_SMALL = Scope(name="small")  # EXHAUSTIVE: the registry under the PR's rules
 SCOPE_SMALL_VLLM = Scope(name="small-vllm", rules="vllm-0.33.0")  # the same under vLLM 0.33.0's rules

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 
@@ -48,8 +48,8 @@ class Row:
 
 
 class Check(Protocol):
-    """A row of `make verify`: split into parts, each run anywhere, rendered into one Row (a row that checked
-    nothing fails: an empty run shows nothing)."""
+    """A check of `make verify`: split into parts, each run anywhere, rendered into its rows — one for most checks,
+    one per rule set for a shared exhaustive pass (a row that checked nothing fails: an empty run shows nothing)."""
 
     @property
     def id(self) -> str: ...
@@ -64,7 +64,18 @@ class Check(Protocol):
 
     def run(self, part: Any, fast: bool) -> Part: ...
 
-    def render(self, results: list[Part]) -> Row: ...
+    @property
+    def row_ids(self) -> tuple[str, ...]: ...  # the rows it renders (most checks: its own id alone)
+
+    def render(self, results: list[Part]) -> tuple[Row, ...]: ...
+
+
+class OneRow:
+    """A check that renders one row, under its own id."""
+
+    @property
+    def row_ids(self) -> tuple[str, ...]:
+        return (cast(Check, self).id,)
 
 
 @functools.lru_cache(maxsize=1)
@@ -74,7 +85,7 @@ def _theorems() -> dict[str, Any]:
 
 
 @attrs.frozen(kw_only=True)
-class TheoremCheck:
+class TheoremCheck(OneRow):
     """A Z3 theorem of checks/prove.py, proved or refuted as expected; unknown is a failure."""
 
     id: str
@@ -100,7 +111,7 @@ class TheoremCheck:
             out["command"] = format_explain_command(v.model)
         return out
 
-    def render(self, results: list[Part]) -> Row:
+    def render(self, results: list[Part]) -> tuple[Row, ...]:
         th, r = _theorems()[self.id], results[0]
         detail: dict[str, Any] = {"rests_on": th.rests_on, "budget_s": th.budget_s, "precondition": th.precondition,
                                   "queries": r["queries"], "rlimit": th.rlimit, "rlimit_used": r["rlimit_used"]}
@@ -113,8 +124,8 @@ class TheoremCheck:
         if not r["ok"]:
             detail["failures"] = [{"id": self.id, "result": r["answer"], "reason": r["reason"],
                                    "counterexample": r["model"]}]
-        return Row(id=self.id, method="z3", statement=th.statement, expected=th.expected,
-                   result=r["answer"] + ("" if r["ok"] else " FAIL"), ok=r["ok"], seconds=r["seconds"], detail=detail)
+        return (Row(id=self.id, method="z3", statement=th.statement, expected=th.expected,
+                   result=r["answer"] + ("" if r["ok"] else " FAIL"), ok=r["ok"], seconds=r["seconds"], detail=detail),)
 
 
 def _registry_ids() -> str:
@@ -124,42 +135,73 @@ def _registry_ids() -> str:
 
 @attrs.frozen(kw_only=True)
 class ExhaustiveCheck:
-    """The whole scenario registry and I-21 on every scenario of a scope (none may violate any)."""
+    """The whole scenario registry and I-21 on every scenario of each scope (none may violate any): one row per scope.
+    The scopes differ only in their rule set and are walked in one pass, geometry by geometry; a scenario whose
+    verdict key (spec/invariants.py: compute_verdict_key) equals one already judged in the pass, under its own rule set
+    or another, takes that verdict instead of a second evaluation (a rule set's rows still count every scenario)."""
 
-    id: str
-    scope: Scope
+    rows: tuple[tuple[str, Scope], ...]  # (row id, scope); the first row's id is the check's
     budget_s: float = 8.0  # per part
     fast: bool = True  # --fast samples every FAST_SAMPLE-th geometry
+
+    def __attrs_post_init__(self) -> None:
+        first = self.rows[0][1]
+        if not all(first.same_but_rules(sc) for _, sc in self.rows):
+            raise ValueError(f"{self.id}: one pass walks scopes that differ only in their rule set")
+
+    @property
+    def id(self) -> str:
+        return self.rows[0][0]
+
+    @property
+    def row_ids(self) -> tuple[str, ...]:
+        return tuple(rid for rid, _ in self.rows)
 
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return tuple(range(CHUNKS))
 
     def run(self, part: Any, fast: bool) -> Part:
-        from kvspec.spec.invariants import compute_violations
+        from kvspec.spec.invariants import compute_verdict_key, compute_violations
         from kvspec.spec.scenario import evaluate_scenario
-        t0, n, bad = time.perf_counter(), 0, []
-        for sc in self.scope.iterate(stride=CHUNKS * (FAST_SAMPLE if fast else 1), offset=part):
-            out = evaluate_scenario(sc)
-            v = compute_violations(sc, out)
-            n += 1
-            if v or out.error is not None:
-                bad.append({"violated": list(v), "scenario": repr(sc)})
-                if len(bad) >= MAX_FAILURES:
-                    break
-        return {"n": n, "bad": bad, "seconds": time.perf_counter() - t0}
+        k = len(self.rows)
+        n, judged, secs = [0] * k, [0] * k, [0.0] * k
+        bad: list[list[dict[str, Any]]] = [[] for _ in range(k)]
+        for g in self.rows[0][1].geometries(stride=CHUNKS * (FAST_SAMPLE if fast else 1), offset=part):
+            verdicts: dict[tuple[Any, ...], tuple[str, ...]] = {}  # this geometry's, under every rule set of the pass
+            for i, (_, scope) in enumerate(self.rows):
+                t0 = time.perf_counter()
+                for sc in scope.scenarios(g):
+                    if len(bad[i]) >= MAX_FAILURES:
+                        break
+                    key = compute_verdict_key(sc)
+                    v = verdicts.get(key)
+                    if v is None:
+                        out = evaluate_scenario(sc)
+                        v = verdicts[key] = compute_violations(sc, out) + (("error",) if out.error is not None else ())
+                        judged[i] += 1
+                    n[i] += 1
+                    if v:
+                        bad[i].append({"violated": list(v), "scenario": repr(sc)})
+                secs[i] += time.perf_counter() - t0
+        per_row = [{"n": n[i], "judged": judged[i], "bad": bad[i], "seconds": secs[i]} for i in range(k)]
+        return {"n": sum(n), "bad": [b for bs in bad for b in bs], "seconds": sum(secs), "rows": per_row}
 
-    def render(self, results: list[Part]) -> Row:
-        n, bad = sum(r["n"] for r in results), [b for r in results for b in r["bad"]]
-        return Row(id=self.id, method="exhaustive", statement=f"registry ({_registry_ids()}) on every scenario of the "
-                   f"scope '{self.scope.name}': {self.scope.describe()}", expected="none found",
-                   result=f"{n} scenarios, {len(bad)} violations", ok=n > 0 and not bad,
-                   seconds=sum(r["seconds"] for r in results),
-                   detail={"scenarios": n, "scope": self.scope.name, "rules": self.scope.rules,
-                           "failures": bad[:MAX_FAILURES]})
+    def render(self, results: list[Part]) -> tuple[Row, ...]:
+        rows = []
+        for i, (rid, scope) in enumerate(self.rows):
+            mine = [r["rows"][i] for r in results]
+            n, judged, bad = sum(r["n"] for r in mine), sum(r["judged"] for r in mine), [b for r in mine for b in r["bad"]]
+            rows.append(Row(id=rid, method="exhaustive", statement=f"registry ({_registry_ids()}) on every scenario of "
+                            f"the scope '{scope.name}': {scope.describe()}", expected="none found",
+                            result=f"{n} scenarios, {len(bad)} violations", ok=n > 0 and not bad,
+                            seconds=sum(r["seconds"] for r in mine),
+                            detail={"scenarios": n, "evaluated": judged, "scope": scope.name, "rules": scope.rules,
+                                    "failures": bad[:MAX_FAILURES]}))
+        return tuple(rows)
 
 
 @attrs.frozen(kw_only=True)
-class LinkCheck:
+class LinkCheck(OneRow):
     """The closed form the theorems are proved on equals the executable spec on every input of a scope."""
 
     id: str
@@ -185,20 +227,20 @@ class LinkCheck:
                 break
         return {"n": n, "bad": bad, "seconds": time.perf_counter() - t0}
 
-    def render(self, results: list[Part]) -> Row:
+    def render(self, results: list[Part]) -> tuple[Row, ...]:
         r = results[0]
         what = ("closed-form safe boundary == spec/failure.py for every first failed attention block, Mamba block "
                 "loaded or not" if self.failure else "closed form == executable fixed point (h, tail boundaries)")
         what += f" under {self.rule}'s store rule" if self.rule != "pr53324" else ""
-        return Row(id=self.id, method="exhaustive", statement=f"{what} on every input of: {self.scope.describe()}",
+        return (Row(id=self.id, method="exhaustive", statement=f"{what} on every input of: {self.scope.describe()}",
                    expected="none found",
                    result=f"{r['n']} inputs, {len(r['bad'])} differences", ok=r["n"] > 0 and not r["bad"],
                    seconds=r["seconds"],
-                   detail={"scenarios": r["n"], "failures": r["bad"]})
+                   detail={"scenarios": r["n"], "failures": r["bad"]}),)
 
 
 @attrs.frozen(kw_only=True)
-class LinkHypothesisCheck:
+class LinkHypothesisCheck(OneRow):
     """The link at large scale: u ≤ 256, b ≤ 16u, D ≤ 16, prompts up to 10^6 (within spec/limits.py)."""
 
     id: str = "LINK-hypothesis"
@@ -246,14 +288,14 @@ class LinkHypothesisCheck:
             bad.append(str(exc).splitlines()[0])
         return {"n": seen["n"], "bad": bad, "seconds": time.perf_counter() - t0}
 
-    def render(self, results: list[Part]) -> Row:
+    def render(self, results: list[Part]) -> tuple[Row, ...]:
         r = results[0]
-        return Row(id=self.id, method="hypothesis", statement="closed form == executable fixed point (h, tail "
+        return (Row(id=self.id, method="hypothesis", statement="closed form == executable fixed point (h, tail "
                    f"boundaries) under {self.rule}'s store rule, u ≤ 256, b ≤ 16u, D ≤ 16, P and N ≤ 10^6, with and "
                    "without a draft group",
                    expected="none found", result=f"{r['n']} inputs, {len(r['bad'])} differences",
                    ok=r["n"] > 0 and not r["bad"],
-                   seconds=r["seconds"], detail={"scenarios": r["n"], "failures": r["bad"]})
+                   seconds=r["seconds"], detail={"scenarios": r["n"], "failures": r["bad"]}),)
 
 
 def _failure_patterns(n: int) -> list[tuple[bool, ...]]:
@@ -284,7 +326,7 @@ def _run_failures(scope: Scope, stages: Any, fast: bool, stop_at_first: bool) ->
 
 
 @attrs.frozen(kw_only=True)
-class FailureCheck:
+class FailureCheck(OneRow):
     """The failure closure F-1..F-4, F-7, F-MAX for every single-block failure and the total failure of every hit."""
 
     id: str
@@ -299,17 +341,17 @@ class FailureCheck:
         from kvspec.spec.scenario import SPEC_STAGES
         return _run_failures(self.scope, SPEC_STAGES, fast, stop_at_first=False)
 
-    def render(self, results: list[Part]) -> Row:
+    def render(self, results: list[Part]) -> tuple[Row, ...]:
         r = results[0]
-        return Row(id=self.id, method="exhaustive", statement="failure closure F-1, F-2, F-3, F-4, F-7, F-MAX for every "
+        return (Row(id=self.id, method="exhaustive", statement="failure closure F-1, F-2, F-3, F-4, F-7, F-MAX for every "
                    f"single-block failure and total failure, every scenario with a hit of: {self.scope.describe()}",
                    expected="none found", result=f"{r['n']} load results, {len(r['bad'])} violations",
                    ok=r["n"] > 0 and not r["bad"], seconds=r["seconds"],
-                   detail={"scenarios": r["n"], "scope": self.scope.name, "failures": r["bad"][:MAX_FAILURES]})
+                   detail={"scenarios": r["n"], "scope": self.scope.name, "failures": r["bad"][:MAX_FAILURES]}),)
 
 
 @attrs.frozen(kw_only=True)
-class MutantCheck:
+class MutantCheck(OneRow):
     """A known bug (checks/mutants.py) must be caught: by the registry on a scope, or (closure) on failed loads."""
 
     id: str
@@ -336,16 +378,16 @@ class MutantCheck:
         return {"caught_by": list(caught_by), "tried": n, "seconds": time.perf_counter() - t0,
                 "counterexample": repr(sc) if sc is not None else None}
 
-    def render(self, results: list[Part]) -> Row:
+    def render(self, results: list[Part]) -> tuple[Row, ...]:
         r, m = results[0], self._mutant()
         ok = bool(r["caught_by"])
-        return Row(id=self.id, method="mutant", statement=m.bug, expected="caught",
+        return (Row(id=self.id, method="mutant", statement=m.bug, expected="caught",
                    result=f"caught by {', '.join(r['caught_by'])}" if ok else "NOT CAUGHT", ok=ok,
-                   seconds=r["seconds"], detail={"tried": r["tried"], "counterexample": r["counterexample"]})
+                   seconds=r["seconds"], detail={"tried": r["tried"], "counterexample": r["counterexample"]}),)
 
 
 @attrs.frozen(kw_only=True)
-class PropertyCheck:
+class PropertyCheck(OneRow):
     """A cache-efficiency property (checks/efficiency.py) of one rule set over every `sample`-th geometry of a scope:
     expected to hold, or to be refuted (a finding, printed as a runnable counterexample). A hit above the physical
     best fails the row whatever is expected."""
@@ -389,7 +431,7 @@ class PropertyCheck:
         return {"n": n, "bad": [first] if first else [], "fails": fails, "above": above,
                 "seconds": time.perf_counter() - t0}
 
-    def render(self, results: list[Part]) -> Row:
+    def render(self, results: list[Part]) -> tuple[Row, ...]:
         n, fails, above = (sum(r[k] for r in results) for k in ("n", "fails", "above"))
         first = next((r["bad"][0] for r in results if r["bad"]), None)
         holds = fails == 0
@@ -403,9 +445,9 @@ class PropertyCheck:
             detail["failures"] = [first or {"what": f"expected {self.expected}, found it holds on {n} instances"}]
         every = f"one geometry in {self.sample} of " if self.sample > 1 else ""
         from .efficiency import PROPERTIES
-        return Row(id=self.id, method="exhaustive", statement=f"{PROPERTIES[self.prop][0]} [rules {self.rules}; "
+        return (Row(id=self.id, method="exhaustive", statement=f"{PROPERTIES[self.prop][0]} [rules {self.rules}; "
                    f"{every}the scope '{self.scope.name}']", expected=self.expected, result=result, ok=ok,
-                   seconds=sum(r["seconds"] for r in results), detail=detail)
+                   seconds=sum(r["seconds"] for r in results), detail=detail),)
 
 
 # What each rule set achieves (measured; a change in either direction fails the row and is worth a look).
@@ -428,8 +470,10 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     from .mutants import MUTANTS
     from .prove import compute_theorems
     out: list[Check] = [TheoremCheck(id=t.name) for t in compute_theorems() if full or not t.full_only]
-    out += [ExhaustiveCheck(id="EXHAUSTIVE", scope=SCOPE_SMALL),
-            ExhaustiveCheck(id="EXHAUSTIVE/vllm-0.33.0", scope=SCOPE_SMALL_VLLM),
+    exhaustive: tuple[tuple[str, Scope], ...] = (("EXHAUSTIVE", SCOPE_SMALL), ("EXHAUSTIVE/vllm-0.33.0", SCOPE_SMALL_VLLM))
+    if full:  # the registry over the whole scope under the lookahead rule set too (its Z3 chain is in make verify)
+        exhaustive += (("EXHAUSTIVE/vllm-0.33.0-lookahead", SCOPE_SMALL_LOOKAHEAD),)
+    out += [ExhaustiveCheck(rows=exhaustive),
             LinkCheck(id="LINK-exhaustive", scope=LINK_SCOPE), LinkHypothesisCheck(),
             LinkCheck(id="LINK-exhaustive-draft", scope=LINK_SCOPE_DRAFT),
             LinkCheck(id="LINK-failure", scope=LINK_SCOPE, failure=True)]
@@ -441,8 +485,6 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     out.append(FailureCheck(id="FAIL-exhaustive", scope=SCOPE_FAILURE))
     out += [FailureCheck(id=f"FAIL-exhaustive/{r}", scope=attrs.evolve(SCOPE_FAILURE, name=f"failure-{r}", rules=r))
             for r in VLLM_RULES]  # the closure, F-7's capped re-lookup included, under each vLLM rule set
-    if full:  # the registry over the whole scope under the lookahead rule set too (its Z3 chain is in make verify)
-        out.append(ExhaustiveCheck(id="EXHAUSTIVE/vllm-0.33.0-lookahead", scope=SCOPE_SMALL_LOOKAHEAD, fast=False))
     out += [PropertyCheck(prop=p, rules=r, expected=e, sample=1 if full else k) for p, r, e, k in EFFICIENCY]
     out += [MutantCheck(id=f"MUT-{m.name}", mutant=m.name) for m in MUTANTS]
     return tuple(out)

@@ -22,7 +22,7 @@ def _selected(fast: bool, full: bool, only: tuple[str, ...] = ()) -> list[Check]
     import fnmatch
     checks = [c for c in compute_manifest(full) if c.fast or not fast]
     if only:
-        checks = [c for c in checks if any(fnmatch.fnmatchcase(c.id, pat) for pat in only)]
+        checks = [c for c in checks if any(fnmatch.fnmatchcase(r, pat) for r in c.row_ids for pat in only)]
     return checks
 
 
@@ -64,10 +64,10 @@ def collect(fast: bool = False, processes: int | None = None, progress: bool = F
             results[task[:2]] = part
             if progress:
                 _progress(manifest[task[0]], part, n, len(tasks), t0)
-    rows = []
+    rows: list[Row] = []
     for k in sorted({t[0] for t in tasks}):
         parts = [results[(k, j)] for j in range(len(manifest[k].parts(fast)))]
-        rows.append(manifest[k].render(parts))
+        rows.extend(manifest[k].render(parts))
     return rows
 
 
@@ -131,7 +131,8 @@ def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = N
     """Run everything (or the rows `only` names), print the table (or JSON); return 0 when all checks pass."""
     if list_only:
         for c in _selected(fast, full, only):
-            print(f"{c.id:<28} {type(c).__name__}")
+            for r in c.row_ids:
+                print(f"{r:<36} {type(c).__name__}" + (f" (a pass shared with {c.id})" if r != c.id else ""))
         return 0
     tasks = compute_tasks(fast, only, full)
     if not tasks:

@@ -76,12 +76,16 @@ def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
                                tail_block=compute_tail_block(s, h) if h > 0 else -1,
                                tail=tails.get(GroupId(gid), MISSING), tail_key=last_key.get(GroupId(gid), MISSING),
                                has=mine.__contains__))
-    shared = scenario.prompt if scenario.objects is not None else max((r.shared for r in scenario.stored), default=0)
     a = compute_alignment(g)
     rules = get_rules(scenario.rules)
     best = compute_best_hit(compute_rule_geometry(rules, g), truth, Tokens(scenario.prompt), rules.lookahead)
-    return Witness(unit=g.unit, alignment=a, prompt=scenario.prompt, shared=shared,
+    return Witness(unit=g.unit, alignment=a, prompt=scenario.prompt, shared=compute_shared(scenario),
                    bound=scenario.prompt // a * a, hit=h, groups=tuple(views), best=best)
+
+
+def compute_shared(scenario: Scenario) -> int:
+    """Return the longest prefix the lookup shares with a stored request (N itself for an explicit E)."""
+    return scenario.prompt if scenario.objects is not None else max((r.shared for r in scenario.stored), default=0)
 
 
 # ---------------------------------------------------------------- scenario predicates
@@ -336,6 +340,15 @@ def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
     bad = [inv.id for inv in REGISTRY if inv.kind in ("scenario", "maximal") and not inv.predicate(IntOps, w)]
     bad.extend(compute_plan_violations(scenario, outcome))
     return tuple(bad)
+
+
+def compute_verdict_key(scenario: Scenario) -> tuple[Any, ...]:
+    """Return all that compute_violations(s, evaluate_scenario(s)) reads of s under the spec's own stages: (geometry,
+    the rule set's geometry, tail rule, λ, E before evictions, evictions, N, shared prefix); equal keys, equal
+    verdicts."""
+    rules = get_rules(scenario.rules)
+    return (scenario.geometry, compute_rule_geometry(rules, scenario.geometry), rules.tail_key, rules.lookahead,
+            compute_stored(scenario), scenario.evicted, scenario.prompt, compute_shared(scenario))
 
 
 def compute_plan_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:

@@ -105,3 +105,27 @@ def test_present_after_evictions_is_present_over_rank_shards(d, objects, evicted
     objs = frozenset(objects)
     assert compute_present_after(g, objs, frozenset(evicted)) == \
         compute_present(g, compute_rank_objects(g, objs) - frozenset(evicted))
+
+
+def test_equal_verdict_keys_give_equal_evaluations_across_rule_sets():
+    """make verify's exhaustive pass gives a scenario the verdict of an earlier one with the same verdict key: the key
+    must hold everything the evaluation and the registry read (tail rule, λ and store rule included), under every
+    rule set, legacy and its I-20 violations too."""
+    import attrs
+
+    from kvspec.checks.exhaustive import SCOPE_SMALL
+    from kvspec.spec.invariants import compute_verdict_key
+    from kvspec.spec.rules import RULE_SETS
+
+    shared = violated = 0
+    for g in SCOPE_SMALL.geometries(stride=97, offset=5):
+        seen: dict = {}
+        for rules in RULE_SETS:
+            for sc in attrs.evolve(SCOPE_SMALL, rules=rules).scenarios(g):
+                out = evaluate_scenario(sc)
+                verdict = (out.present, out.lookup, out.tails, out.load, out.error, compute_violations(sc, out))
+                first = seen.setdefault(compute_verdict_key(sc), (sc, verdict))
+                assert first[1] == verdict, (first[0], sc)
+                shared += first[0].rules != sc.rules
+                violated += bool(verdict[-1])
+    assert shared > 1000 and violated > 0  # rule sets do share verdicts, violations among them
