@@ -133,14 +133,82 @@ def _registry_ids() -> str:
     return ", ".join([inv.id for inv in REGISTRY if inv.kind in ("scenario", "maximal")] + ["I-21"])
 
 
+Found = tuple[int, list[tuple[list[str], list[bool] | None]]]  # (inputs judged, violations: (ids, load results))
+
+
+def _judge_registry(sc: Any, stages: Any) -> Found:
+    """Return one scenario judged by the registry and I-21 (an evaluation error is a violation)."""
+    from kvspec.spec.invariants import compute_violations
+    from kvspec.spec.scenario import evaluate_scenario
+    out = evaluate_scenario(sc, stages)
+    v = list(compute_violations(sc, out)) + (["error"] if out.error is not None else [])
+    return 1, ([(v, None)] if v else [])
+
+
+def _failure_patterns(n: int) -> list[tuple[bool, ...]]:
+    """Return the load results tried: all succeed, each single block fails, all fail."""
+    out = [tuple([True] * n)] + [tuple(j != k for j in range(n)) for k in range(n)]
+    return out + ([tuple([False] * n)] if n > 1 else [])
+
+
+def _judge_failures(sc: Any, stages: Any) -> Found:
+    """Return a scenario's load results judged by the failure closure, up to the first that violates it (a scenario
+    without a hit has none)."""
+    from kvspec.spec.invariants import compute_failure_violations
+    from kvspec.spec.scenario import evaluate_scenario
+    out, n = evaluate_scenario(sc), 0
+    if out.hit_length <= 0:
+        return 0, []
+    for ok in _failure_patterns(len(out.load)):
+        n += 1
+        v = compute_failure_violations(sc, out, ok, stages)
+        if v:
+            return n, [(list(v), list(ok))]
+    return n, []
+
+
+@attrs.frozen
+class Judge:
+    """What an exhaustive pass asks of each scenario, and how its rows say it."""
+
+    judge: Any  # (scenario, stages) -> Found
+    statement: Any  # scope -> the row's statement
+    inputs: str  # what the row counts
+
+
+JUDGES: dict[str, Judge] = {
+    "registry": Judge(_judge_registry, lambda scope: f"registry ({_registry_ids()}) on every scenario of the scope "
+                      f"'{scope.name}': {scope.describe()}", "scenarios"),
+    "failure": Judge(_judge_failures, lambda scope: "failure closure F-1, F-2, F-3, F-4, F-7, F-MAX for every "
+                     f"single-block failure and total failure, every scenario with a hit of: {scope.describe()}",
+                     "load results"),
+}
+
+
+def _run_failures(scope: Scope, stages: Any, fast: bool, stop_at_first: bool) -> Part:
+    """Return the failure closure judged under `stages` (a closure mutant's) on every scenario of a scope."""
+    t0, n, bad = time.perf_counter(), 0, []
+    for k, sc in enumerate(scope.iterate()):
+        if fast and k % 20:
+            continue
+        m, found = _judge_failures(sc, stages)
+        n += m
+        bad += [{"violated": v, "scenario": repr(sc), "ok": ok} for v, ok in found]
+        if bad and (stop_at_first or len(bad) >= MAX_FAILURES):
+            break
+    return {"n": n, "bad": bad, "seconds": time.perf_counter() - t0}
+
+
 @attrs.frozen(kw_only=True)
 class ExhaustiveCheck:
-    """The whole scenario registry and I-21 on every scenario of each scope (none may violate any): one row per scope.
-    The scopes differ only in their rule set and are walked in one pass, geometry by geometry; a scenario whose
+    """A judge (the registry, or the failure closure) on every scenario of each scope, none may violate it: one row per
+    scope. The scopes differ only in their rule set and are walked in one pass, geometry by geometry; a scenario whose
     verdict key (spec/invariants.py: compute_verdict_key) equals one already judged in the pass, under its own rule set
-    or another, takes that verdict instead of a second evaluation (a rule set's rows still count every scenario)."""
+    or another, takes that verdict instead of a second evaluation (a rule set's row still counts every scenario)."""
 
     rows: tuple[tuple[str, Scope], ...]  # (row id, scope); the first row's id is the check's
+    judge: str = "registry"  # a key of JUDGES
+    chunks: int = CHUNKS  # parts (geometries k, k + chunks, ...)
     budget_s: float = 8.0  # per part
     fast: bool = True  # --fast samples every FAST_SAMPLE-th geometry
 
@@ -158,42 +226,40 @@ class ExhaustiveCheck:
         return tuple(rid for rid, _ in self.rows)
 
     def parts(self, fast: bool) -> tuple[Any, ...]:
-        return tuple(range(CHUNKS))
+        return tuple(range(self.chunks))
 
     def run(self, part: Any, fast: bool) -> Part:
-        from kvspec.spec.invariants import compute_verdict_key, compute_violations
-        from kvspec.spec.scenario import evaluate_scenario
-        k = len(self.rows)
+        from kvspec.spec.invariants import compute_verdict_key
+        from kvspec.spec.scenario import SPEC_STAGES
+        judge, k = JUDGES[self.judge].judge, len(self.rows)
         n, judged, secs = [0] * k, [0] * k, [0.0] * k
         bad: list[list[dict[str, Any]]] = [[] for _ in range(k)]
-        for g in self.rows[0][1].geometries(stride=CHUNKS * (FAST_SAMPLE if fast else 1), offset=part):
-            verdicts: dict[tuple[Any, ...], tuple[str, ...]] = {}  # this geometry's, under every rule set of the pass
+        for g in self.rows[0][1].geometries(stride=self.chunks * (FAST_SAMPLE if fast else 1), offset=part):
+            verdicts: dict[tuple[Any, ...], Found] = {}  # this geometry's, under every rule set of the pass
             for i, (_, scope) in enumerate(self.rows):
                 t0 = time.perf_counter()
                 for sc in scope.scenarios(g):
                     if len(bad[i]) >= MAX_FAILURES:
                         break
                     key = compute_verdict_key(sc)
-                    v = verdicts.get(key)
-                    if v is None:
-                        out = evaluate_scenario(sc)
-                        v = verdicts[key] = compute_violations(sc, out) + (("error",) if out.error is not None else ())
-                        judged[i] += 1
-                    n[i] += 1
-                    if v:
-                        bad[i].append({"violated": list(v), "scenario": repr(sc)})
+                    found = verdicts.get(key)
+                    if found is None:
+                        found = verdicts[key] = judge(sc, SPEC_STAGES)
+                        judged[i] += found[0]
+                    n[i] += found[0]
+                    bad[i] += [{"violated": v, "scenario": repr(sc), **({"ok": ok} if ok is not None else {})}
+                               for v, ok in found[1]]
                 secs[i] += time.perf_counter() - t0
         per_row = [{"n": n[i], "judged": judged[i], "bad": bad[i], "seconds": secs[i]} for i in range(k)]
         return {"n": sum(n), "bad": [b for bs in bad for b in bs], "seconds": sum(secs), "rows": per_row}
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
-        rows = []
+        rows, j = [], JUDGES[self.judge]
         for i, (rid, scope) in enumerate(self.rows):
             mine = [r["rows"][i] for r in results]
             n, judged, bad = sum(r["n"] for r in mine), sum(r["judged"] for r in mine), [b for r in mine for b in r["bad"]]
-            rows.append(Row(id=rid, method="exhaustive", statement=f"registry ({_registry_ids()}) on every scenario of "
-                            f"the scope '{scope.name}': {scope.describe()}", expected="none found",
-                            result=f"{n} scenarios, {len(bad)} violations", ok=n > 0 and not bad,
+            rows.append(Row(id=rid, method="exhaustive", statement=j.statement(scope), expected="none found",
+                            result=f"{n} {j.inputs}, {len(bad)} violations", ok=n > 0 and not bad,
                             seconds=sum(r["seconds"] for r in mine),
                             detail={"scenarios": n, "evaluated": judged, "scope": scope.name, "rules": scope.rules,
                                     "failures": bad[:MAX_FAILURES]}))
@@ -296,58 +362,6 @@ class LinkHypothesisCheck(OneRow):
                    expected="none found", result=f"{r['n']} inputs, {len(r['bad'])} differences",
                    ok=r["n"] > 0 and not r["bad"],
                    seconds=r["seconds"], detail={"scenarios": r["n"], "failures": r["bad"]}),)
-
-
-def _failure_patterns(n: int) -> list[tuple[bool, ...]]:
-    """Return the load results tried: all succeed, each single block fails, all fail."""
-    out = [tuple([True] * n)] + [tuple(j != k for j in range(n)) for k in range(n)]
-    return out + ([tuple([False] * n)] if n > 1 else [])
-
-
-def _run_failures(scope: Scope, stages: Any, fast: bool, stop_at_first: bool) -> Part:
-    from kvspec.spec.invariants import compute_failure_violations
-    from kvspec.spec.scenario import evaluate_scenario
-    t0, n, bad = time.perf_counter(), 0, []
-    for k, sc in enumerate(scope.iterate()):
-        if fast and k % 20:
-            continue
-        out = evaluate_scenario(sc)
-        if out.hit_length <= 0:
-            continue
-        for ok in _failure_patterns(len(out.load)):
-            n += 1
-            v = compute_failure_violations(sc, out, ok, stages)
-            if v:
-                bad.append({"violated": list(v), "scenario": repr(sc), "ok": list(ok)})
-                break
-        if bad and (stop_at_first or len(bad) >= MAX_FAILURES):
-            break
-    return {"n": n, "bad": bad, "seconds": time.perf_counter() - t0}
-
-
-@attrs.frozen(kw_only=True)
-class FailureCheck(OneRow):
-    """The failure closure F-1..F-4, F-7, F-MAX for every single-block failure and the total failure of every hit."""
-
-    id: str
-    scope: Scope
-    budget_s: float = 10.0
-    fast: bool = True
-
-    def parts(self, fast: bool) -> tuple[Any, ...]:
-        return (None,)
-
-    def run(self, part: Any, fast: bool) -> Part:
-        from kvspec.spec.scenario import SPEC_STAGES
-        return _run_failures(self.scope, SPEC_STAGES, fast, stop_at_first=False)
-
-    def render(self, results: list[Part]) -> tuple[Row, ...]:
-        r = results[0]
-        return (Row(id=self.id, method="exhaustive", statement="failure closure F-1, F-2, F-3, F-4, F-7, F-MAX for every "
-                   f"single-block failure and total failure, every scenario with a hit of: {self.scope.describe()}",
-                   expected="none found", result=f"{r['n']} load results, {len(r['bad'])} violations",
-                   ok=r["n"] > 0 and not r["bad"], seconds=r["seconds"],
-                   detail={"scenarios": r["n"], "scope": self.scope.name, "failures": r["bad"][:MAX_FAILURES]}),)
 
 
 @attrs.frozen(kw_only=True)
@@ -482,9 +496,9 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
                 LinkCheck(id=f"LINK-{r}-draft", scope=LINK_SCOPE_DRAFT, rule=r),
                 LinkHypothesisCheck(id=f"LINK-hypothesis-{r}", rule=r),
                 LinkCheck(id=f"LINK-failure-{r}", scope=LINK_SCOPE, failure=True, rule=r)]
-    out.append(FailureCheck(id="FAIL-exhaustive", scope=SCOPE_FAILURE))
-    out += [FailureCheck(id=f"FAIL-exhaustive/{r}", scope=attrs.evolve(SCOPE_FAILURE, name=f"failure-{r}", rules=r))
-            for r in VLLM_RULES]  # the closure, F-7's capped re-lookup included, under each vLLM rule set
+    out.append(ExhaustiveCheck(rows=(("FAIL-exhaustive", SCOPE_FAILURE),) + tuple(  # F-7's capped re-lookup included
+        (f"FAIL-exhaustive/{r}", attrs.evolve(SCOPE_FAILURE, name=f"failure-{r}", rules=r)) for r in VLLM_RULES),
+        judge="failure", chunks=4))
     out += [PropertyCheck(prop=p, rules=r, expected=e, sample=1 if full else k) for p, r, e, k in EFFICIENCY]
     out += [MutantCheck(id=f"MUT-{m.name}", mutant=m.name) for m in MUTANTS]
     return tuple(out)

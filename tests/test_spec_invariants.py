@@ -108,13 +108,13 @@ def test_present_after_evictions_is_present_over_rank_shards(d, objects, evicted
 
 
 def test_equal_verdict_keys_give_equal_evaluations_across_rule_sets():
-    """make verify's exhaustive pass gives a scenario the verdict of an earlier one with the same verdict key: the key
-    must hold everything the evaluation and the registry read (tail rule, λ and store rule included), under every
-    rule set, legacy and its I-20 violations too."""
+    """make verify's exhaustive passes give a scenario the verdict of an earlier one with the same verdict key: the key
+    must hold everything the evaluation, the registry and the failure closure read (tail rule, λ and store rule
+    included), under every rule set, legacy and its I-20 violations too."""
     import attrs
 
     from kvspec.checks.exhaustive import SCOPE_SMALL
-    from kvspec.spec.invariants import compute_verdict_key
+    from kvspec.spec.invariants import compute_failure_violations, compute_failure_witness, compute_verdict_key
     from kvspec.spec.rules import RULE_SETS
 
     shared = violated = 0
@@ -123,9 +123,16 @@ def test_equal_verdict_keys_give_equal_evaluations_across_rule_sets():
         for rules in RULE_SETS:
             for sc in attrs.evolve(SCOPE_SMALL, rules=rules).scenarios(g):
                 out = evaluate_scenario(sc)
-                verdict = (out.present, out.lookup, out.tails, out.load, out.error, compute_violations(sc, out))
+                failures = []  # each load result: the closure's violations, safe boundary and retry
+                for ok in [(True,) * len(out.load)] + [tuple(j != k for j in range(len(out.load)))
+                                                       for k in range(len(out.load))]:
+                    fw = compute_failure_witness(sc, out, ok)
+                    failures.append((compute_failure_violations(sc, out, ok), fw.safe, fw.retry_hit,
+                                     fw.attention_loaded))
+                verdict = (out.present, out.lookup, out.tails, out.load, out.error, compute_violations(sc, out),
+                           tuple(failures))
                 first = seen.setdefault(compute_verdict_key(sc), (sc, verdict))
                 assert first[1] == verdict, (first[0], sc)
                 shared += first[0].rules != sc.rules
-                violated += bool(verdict[-1])
+                violated += bool(verdict[-2])
     assert shared > 1000 and violated > 0  # rule sets do share verdicts, violations among them
