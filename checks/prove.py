@@ -458,6 +458,8 @@ SEEDS: dict[str, tuple[int, ...]] = {
     "I-20/draft@vllm-0.33.0-lookahead": (2, 0),  # seed 0: 9.8 s; seed 2: 4.7 s
     "I-20@vllm-0.33.0-lookahead": (2, 0),  # seed 0: 5.8 s; seed 2: 2.4 s
     "I-15@vllm-0.33.0-lookahead": (2, 0),  # seed 0: 5.2 s; seed 2: 1.2 s
+    "MAX-TAIL/z3@vllm-0.33.0-lookahead": (1, 0),  # seed 0: 4.9 s (16M units); seed 1: 1.0 s (2.2M)
+    "I-19@vllm-0.33.0-lookahead": (3, 0),  # seed 0: 4.8 s (6.1M); seed 3: 3.2 s (3.5M)
 }
 
 
