@@ -21,7 +21,8 @@ from .exhaustive import SCOPE_FAILURE, SCOPE_MUTANTS, SCOPE_SMALL, SCOPE_SMALL_L
 from .link import LINK_SCOPE, LINK_SCOPE_DRAFT, LinkScope
 
 Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
-FAST_THEOREMS = ("I-1/2", "I-6", "LEMMA-MAMBA", "I-14", "I-18", "I-20", "LEGACY-D1-SAFE", "LEGACY-I-20")
+FAST_THEOREMS = ("I-1/2", "I-6", "CONTENT-KEY", "CONTENT-KEY@legacy-hashes", "LEMMA-MAMBA", "I-14", "I-18", "I-20",
+                 "LEGACY-D1-SAFE", "LEGACY-I-20")
 CHUNKS = 12  # an exhaustive scope is split into this many parts (geometries k, k + 12, ...)
 FAST_SAMPLE = 40  # --fast visits every 40th geometry of an exhaustive scope
 MAX_FAILURES = 3  # failures a row keeps

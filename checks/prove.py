@@ -14,7 +14,8 @@ from typing import Any
 
 import attrs
 
-from kvspec.spec.invariants import REGISTRY, get_invariant
+from kvspec.spec.content import DRAFT_REACH
+from kvspec.spec.invariants import REGISTRY, get_invariant, pre_loaded_from_visible
 from kvspec.spec.ops import IntOps
 
 from .closed_form import (
@@ -291,6 +292,22 @@ def _replay_resend(rule: str) -> Callable[[dict[str, int]], bool]:
     return replay
 
 
+CONTENT_NAMES = get_invariant("CONTENT-KEY").variables
+
+
+def _content_legacy(ops: Z3Ops) -> Query:
+    """Return CONTENT-KEY's query under the legacy hashes: λ = 0 with a drafter reaching one token."""
+    v = _ints(ops, CONTENT_NAMES)
+    return Query(pre=ops.And(pre_loaded_from_visible(ops, **v), v["lam"] == 0, v["reach"] == DRAFT_REACH),
+                 claim=get_invariant("CONTENT-KEY").predicate(ops, **v), variables=v)
+
+
+def _replay_content_legacy(model: dict[str, int]) -> bool:
+    v = {k: model[k] for k in CONTENT_NAMES}
+    return bool(pre_loaded_from_visible(IntOps, **v) and v["lam"] == 0 and v["reach"] == DRAFT_REACH
+                and not get_invariant("CONTENT-KEY").predicate(IntOps, **v))
+
+
 def _replay_failure(inv_id: str, rule: str = "pr53324") -> Callable[[dict[str, int]], bool]:
     inv = get_invariant(inv_id)
 
@@ -441,6 +458,10 @@ def compute_theorems() -> tuple[Theorem, ...]:
                        rlimit=40_000_000,  # per seed (SEEDS): a stuck seed gives way early
                        replay=_replay_scenario("I-20", legacy=True),
                        precondition=_pre("D = 1; u, q, P, N, S symbolic", STEPS), **SYMBOLIC))
+    out.append(Theorem(name="CONTENT-KEY@legacy-hashes", statement="the same under the connector's legacy hashes "
+                       "(λ = 0) with an EAGLE drafter (L = 1): the draft-KV hazard [all integers]",
+                       build=_content_legacy, expected="refuted", budget_s=1.0, replay=_replay_content_legacy,
+                       precondition=_words(pre_loaded_from_visible) + "; λ = 0, L = 1"))
     out.append(Theorem(name="LEGACY-I-20", statement="legacy rule (tail keyed at h): every load key is "
                        "stored [D = 8, u = 128, b = 1536]", build=_scenario("I-20", (8, 128, 12), legacy=True), expected="refuted",
                        budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True),

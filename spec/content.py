@@ -13,20 +13,31 @@ visible objects hold it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .geometry import Geometry
+from .ops import IntOps
 from .rules import get_rules
 from .scenario import SPEC_STAGES, Outcome, Scenario
 from .store import Obj, compute_visible
 from .types import GroupId, Tokens
 
+KIND_ATTENTION, KIND_DRAFT, KIND_MAMBA = 0, 1, 2  # what a loaded byte is, as an integer (a Z3 theorem ranges over it)
+DRAFT_REACH = 1  # tokens past p that an EAGLE drafter's KV at p depends on (the next one)
+
+
+def compute_dependency_end_of(ops: Any, kind: Any, position: Any, reach: Any) -> Any:
+    """Return the end of what a byte at p depends on: p (a Mamba state after p tokens), p + 1 + L (draft KV of a drafter
+    reaching L tokens past p), p + 1 (attention)."""
+    return ops.If(kind == KIND_MAMBA, position, ops.If(kind == KIND_DRAFT, position + 1 + reach, position + 1))
+
 
 def compute_dependency_end(geometry: Geometry, group: GroupId, position: int) -> int:
-    """Return the end of what group g's bytes at position p depend on: p + 1 (attention), p + 2 (an EAGLE-flagged
-    draft group), p (a Mamba state after p tokens)."""
+    """Return the end of what group g's bytes at position p depend on: p + 1 (attention), p + 1 + DRAFT_REACH (an
+    EAGLE-flagged draft group), p (a Mamba state after p tokens)."""
     g = geometry.groups[group]
-    if g.kind == "mamba":
-        return position
-    return position + (2 if g.eagle else 1)
+    kind = KIND_MAMBA if g.kind == "mamba" else KIND_DRAFT if g.eagle else KIND_ATTENTION
+    return int(compute_dependency_end_of(IntOps, kind, position, DRAFT_REACH))
 
 
 def compute_first_writers(scenario: Scenario) -> dict[Obj, int]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from .content import KIND_ATTENTION, KIND_MAMBA, compute_dependency_end_of
 from .geometry import Geometry, compute_alignment, compute_span
 from .lookup import compute_best_hit, compute_group_present, compute_lookup, compute_tail_block
 from .rules import compute_rule_geometry, get_rules
@@ -196,6 +197,23 @@ def inv_store_key_in_block(ops: Any, u: Any, s: Any, tail: Any, i: Any) -> Any:
     return ops.And(i * s < t, t <= (i + 1) * s, ops.divides(u, t), ops.cdiv(t, s) - 1 == i)
 
 
+def pre_loaded_from_visible(ops: Any, lam: Any, reach: Any, kind: Any, t: Any, p: Any, s: Any) -> Any:
+    """Return the precondition: key t >= 1 visible from a writer sharing s (t + λ <= s), KV at p < t or state at t."""
+    # kind 0 attention, 1 draft KV (a drafter reaching L >= 1 tokens past p), 2 the Mamba state after t tokens
+    return ops.And(lam >= 0, reach >= 1, t >= 1, t + lam <= s, kind >= KIND_ATTENTION, kind <= KIND_MAMBA,
+                   ops.If(kind == KIND_MAMBA, p == t, ops.And(p >= 0, p < t)))
+
+
+def pre_content_key(ops: Any, lam: Any, reach: Any, kind: Any, t: Any, p: Any, s: Any) -> Any:
+    """Return the precondition: key t visible (t + λ <= s), KV at p < t or state at t; lookahead λ >= the reach L."""
+    return ops.And(pre_loaded_from_visible(ops, lam, reach, kind, t, p, s), lam >= reach)
+
+
+def inv_loaded_byte_shared(ops: Any, lam: Any, reach: Any, kind: Any, t: Any, p: Any, s: Any) -> Any:
+    """Return whether the byte depends only on tokens the reader shares with its writer: its dependency end <= s."""
+    return compute_dependency_end_of(ops, kind, p, reach) <= s
+
+
 # ---------------------------------------------------------------- failure closure
 
 @attrs.frozen(kw_only=True)
@@ -286,6 +304,10 @@ REGISTRY: tuple[Invariant, ...] = (
               variables=("d", "il", "b", "o1", "o2")),
     Invariant(id="I-4p", statement="a block prefix [i·s, h) covers a prefix of the slots on every rank",
               kind="arith", predicate=inv_ownership_prefix, pre=pre_ownership, variables=("d", "il", "b", "o1", "o2")),
+    Invariant(id="CONTENT-KEY", statement="a byte loaded under a key its writer made visible (t + λ <= S) depends only "
+              "on tokens the reader shares with that writer — attention at p < t on [0, p], draft on [0, p + L], Mamba "
+              "at t on [0, t) — when λ >= the drafter's reach L", kind="arith", predicate=inv_loaded_byte_shared,
+              pre=pre_content_key, variables=("lam", "reach", "kind", "t", "p", "s")),
     Invariant(id="I-6", statement="a stored boundary t = min((i+1)s, T) lies in its block and is a multiple of u",
               kind="arith", predicate=inv_store_key_in_block, pre=pre_store_key, variables=("u", "s", "tail", "i")),
     Invariant(id="I-12", statement="h is a multiple of a, 0 <= h <= ⌊N/a⌋·a and h < N",
