@@ -26,7 +26,7 @@ from kvspec.spec.content import compute_wrong_positions
 from kvspec.spec.geometry import Geometry, compute_lcm_span
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
 from kvspec.spec.rules import compute_rule_geometry, get_rules
-from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored, evaluate_scenario
+from kvspec.spec.scenario import Scenario, StoredRequest, compute_hit, compute_stored, evaluate_scenario
 from kvspec.spec.store import compute_present_after, compute_rule_store, compute_visible
 from kvspec.spec.types import Rank, Tokens
 
@@ -44,7 +44,7 @@ class Instance:
 
 
 def _hit(sc: Scenario) -> int:
-    return int(evaluate_scenario(sc).hit_length)
+    return int(compute_hit(sc))
 
 
 def iterate_best(g: Geometry, rules: str) -> Iterator[Instance]:

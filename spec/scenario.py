@@ -107,7 +107,7 @@ class Scenario:
                                     f"boundary {t} is past the lookup request's last hash boundary {top}")
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)  # a memo key of every stored-set read
 class Stages:
     """The spec's replaceable rules, the one extension point: every mutant (checks/mutants.py) is a variant."""
 
@@ -156,6 +156,14 @@ def _compute_stored(scenario: Scenario, stages: Stages) -> frozenset[Obj]:
 def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[RankObj]:
     """Return every rank shard the lookup request can name, before evictions."""
     return compute_rank_objects(scenario.geometry, compute_stored(scenario, stages))
+
+
+def compute_hit(scenario: Scenario) -> Tokens:
+    """Return h of the scenario's lookup under the spec's own stages (evaluate_scenario's, without tails and plan)."""
+    rules = get_rules(scenario.rules)
+    g = compute_rule_geometry(rules, scenario.geometry)
+    present = SPEC_STAGES.present(g, compute_stored(scenario), scenario.evicted)
+    return SPEC_STAGES.lookup(g, present, Tokens(scenario.prompt), lookahead=rules.lookahead).hit_length
 
 
 def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES) -> Outcome:

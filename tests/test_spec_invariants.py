@@ -32,6 +32,13 @@ def test_tail_key_missing_unreachable_from_any_present_set(sc):
     assert compute_violations(sc, out) == ()
 
 
+@given(st.one_of(scenarios(), arbitrary_present_scenarios()))
+def test_the_hit_alone_is_the_evaluations_hit(sc):
+    """compute_hit (the property rows' h: the lookup without tails and plan) is evaluate_scenario's h."""
+    from kvspec.spec.scenario import compute_hit
+    assert compute_hit(sc) == evaluate_scenario(sc).hit_length
+
+
 def test_every_scenario_invariant_is_exercised():
     ids = {inv.id for inv in REGISTRY if inv.kind == "scenario"}
     assert {"I-12", "I-14", "I-15", "I-18", "I-19", "I-20", "I-SHARED"} <= ids
