@@ -10,10 +10,10 @@ import attrs
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.invariants import MISSING
 from kvspec.spec.ops import IntOps
-from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
+from kvspec.spec.scenario import Outcome, Scenario, StoredRequest, evaluate_scenario
 from kvspec.spec.types import GroupId
 
-from .closed_form import Params, compute_closed_form, compute_closed_safe, compute_scaled
+from .closed_form import ClosedForm, Params, compute_closed_form, compute_closed_safe, compute_scaled
 
 
 @functools.lru_cache(maxsize=1024)  # a scope's inputs share few geometries: one value each (and warm spec caches)
@@ -34,11 +34,16 @@ def build_scenario(x: Params, draft: bool = False, rule: str = "pr53324") -> Sce
     return Scenario(geometry=g, prompt=x.n, stored=(StoredRequest(prompt=x.p, shared=x.s_shared),), rules=rule)
 
 
+@functools.lru_cache(maxsize=1)  # a link pass compares one input's lookup and failure closure in turn
+def compute_pair(x: Params, draft: bool, rule: str) -> tuple[ClosedForm, Scenario, Outcome]:
+    """Return the closed form of an input and the spec's evaluation of the scenario it describes."""
+    sc = build_scenario(x, draft, rule)
+    return compute_closed_form(IntOps, x, rule)[0], sc, evaluate_scenario(sc)
+
+
 def compare(x: Params, draft: bool = False, rule: str = "pr53324") -> str | None:
     """Return a description of the first difference between closed form and spec (under a rule set), or None."""
-    cf, _, _ = compute_closed_form(IntOps, x, rule)
-    sc = build_scenario(x, draft, rule)
-    out = evaluate_scenario(sc)
+    cf, sc, out = compute_pair(x, draft, rule)
     if out.error is not None:
         return f"spec error {out.error}"
     tails = dict(out.tails)
@@ -62,9 +67,7 @@ def compare_failure(x: Params, rule: str = "pr53324") -> str | None:
     from kvspec.spec.failure import compute_safe_boundary
     from kvspec.spec.invariants import compute_failure_witness
     from kvspec.spec.lookup import compute_tail_block
-    cf, _, _ = compute_closed_form(IntOps, x, rule)
-    sc = build_scenario(x, rule=rule)
-    out = evaluate_scenario(sc)
+    cf, sc, out = compute_pair(x, False, rule)
     h = out.hit_length
     if h <= 0:
         return None

@@ -61,6 +61,6 @@ def test_a_row_that_checked_nothing_fails():
     empty = {"n": 0, "bad": [], "fails": 0, "above": 0, "seconds": 0.0}
     nothing = {**empty, "rows": [{"n": 0, "judged": 0, "bad": [], "seconds": 0.0}]}  # an exhaustive pass, one scope
     assert not ExhaustiveCheck(rows=(("E", SCOPE_SMALL),)).render([nothing])[0].ok
-    assert not LinkCheck(id="L", scope=LINK_SCOPE).render([empty])[0].ok
+    assert not LinkCheck(rows=(("L", "lookup"),), scope=LINK_SCOPE).render([nothing])[0].ok
     assert not PropertyCheck(prop="RESEND", rules="vllm-0.33.0", expected="holds").render([empty])[0].ok
     assert ExhaustiveCheck(rows=(("E", SCOPE_SMALL),)).render([{**nothing, "rows": [{**nothing["rows"][0], "n": 1}]}])[0].ok
