@@ -322,3 +322,21 @@ def test_content_key_is_proved_for_lookahead_and_refuted_for_the_legacy_hashes()
     g = Geometry(unit=1, groups=(Group(kind="attention", block_size=2), Group(kind="attention", block_size=2, eagle=True),
                                  Group(kind="mamba", block_size=2)), parallel=Parallel(dcp=1), retention="dense")
     assert [compute_dependency_end(g, gid, 5) for gid in (0, 1, 2)] == [6, 7, 5]
+
+
+def test_accumulated_conjuncts_stay_sound():
+    """With accumulate, a conjunct's query assumes the conjuncts proved before it: a true claim is still proved and a
+    false conjunct after true ones is still refuted, with a model that replays."""
+    def claim(parts):
+        def build(ops: Z3Ops) -> Query:
+            x = ops.z3.Int("x")
+            return Query(pre=x >= 0, claim=ops.z3.And(*parts(x)), variables={"x": x})
+        return build
+
+    good = Theorem(name="GOOD", statement="x >= 0 => x + 1 >= 1 and x * x >= 0", split=True, accumulate=True,
+                   build=claim(lambda x: (x + 1 >= 1, x * x >= 0)))
+    bad = Theorem(name="BAD", statement="x >= 0 => x >= 0 and x >= 1 (false at 0)", split=True, accumulate=True,
+                  build=claim(lambda x: (x >= 0, x >= 1)), expected="refuted", replay=lambda m: m["x"] < 1)
+    assert prove(good).answer == "proved"
+    v = prove(bad)
+    assert v.answer == "refuted" and v.ok and v.model == {"x": 0}
