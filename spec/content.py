@@ -63,7 +63,7 @@ def compute_wrong_positions(scenario: Scenario, outcome: Outcome) -> tuple[tuple
         w = writers.get((e.group, e.key_boundary))
         if w is None or not e.present:  # not stored, or a shard lost: the load fails (-704) and brings no bytes
             continue
-        shared = scenario.stored[w].shared
+        shared, reach = scenario.stored[w].shared, compute_dependency_end(g, e.group, 0)  # the end is p + reach
         positions = (h,) if g.groups[e.group].kind == "mamba" else range(e.start, min(e.end, h))
-        bad.extend((e.group, p) for p in positions if compute_dependency_end(g, e.group, p) > shared)
+        bad.extend((e.group, p) for p in positions if p + reach > shared)
     return tuple(bad)
