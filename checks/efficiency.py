@@ -47,72 +47,75 @@ def _hit(sc: Scenario) -> int:
     return int(compute_hit(sc))
 
 
-def iterate_best(g: Geometry, rules: str) -> Iterator[Instance]:
+Hit = Callable[[Scenario], int]  # a scenario's h (a pass over several rule sets shares equal verdict keys' hits)
+
+
+def iterate_best(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether h equals the physical best ("above" marks a safety bug)."""
     rs = get_rules(rules)
     for sc in iterate_scenarios(g, rules=rules):
-        h = _hit(sc)
+        h = hit(sc)
         e = compute_present_after(g, compute_stored(sc), sc.evicted)
         best = int(compute_physical_best(compute_rule_geometry(rs, g), e, Tokens(sc.prompt), rs.lookahead))
         yield Instance(h == best, sc, f"h {h} vs best {best}", above_best=h > best)
 
 
-def iterate_resend(g: Geometry, rules: str) -> Iterator[Instance]:
+def iterate_resend(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
     """Yield, per P up to 2L + 2u, whether an identical resend hits compute_resend_best."""
     lookahead = get_rules(rules).lookahead
     for p in range(1, 2 * compute_lcm_span(g) + 2 * g.unit + 1):
         sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
-        h, best = _hit(sc), int(compute_resend_best(g, Tokens(p), lookahead))
+        h, best = hit(sc), int(compute_resend_best(g, Tokens(p), lookahead))
         yield Instance(h == best, sc, f"h {h} vs best {best}", above_best=h > best)
 
 
-def iterate_mono_prefix(g: Geometry, rules: str) -> Iterator[Instance]:
+def iterate_mono_prefix(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
     """Yield, per P and consecutive shared prefixes S < S', whether the hit at S' is at least the hit at S."""
     lens = compute_lengths(g, 3)
     for p in (x for x in lens if x >= 1):
         prev = None
         for s in sorted({t for t in lens if t <= p} | {p}):
             sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=s),), rules=rules)
-            h = _hit(sc)
+            h = hit(sc)
             if prev is not None:
                 yield Instance(h >= prev[1], sc, f"S {prev[0]} -> {s}: h {prev[1]} -> {h}")
             prev = (s, h)
 
 
-def iterate_mono_evict(g: Geometry, rules: str) -> Iterator[Instance]:
+def iterate_mono_evict(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
     """Yield, per P and stored object, whether evicting its last rank's shard leaves the hit at most as it was."""
     last = Rank(g.parallel.dcp - 1)
     for p in (x for x in compute_lengths(g, 3) if x >= 1):
         stored = (StoredRequest(prompt=p, shared=p),)
-        base = _hit(Scenario(geometry=g, prompt=p, stored=stored, rules=rules))
+        base = hit(Scenario(geometry=g, prompt=p, stored=stored, rules=rules))
         rs = get_rules(rules)
         for gid, t in sorted(compute_visible(compute_rule_store(rs, g, Tokens(p)), Tokens(p), rs.lookahead)):
             sc = Scenario(geometry=g, prompt=p, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
-            h = _hit(sc)
+            h = hit(sc)
             yield Instance(h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}")
 
 
-def iterate_mono_more(g: Geometry, rules: str) -> Iterator[Instance]:
+def iterate_mono_more(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
     """Yield, per P and a second stored request Q (sharing all or half of min(P, Q)), whether the hit does not drop."""
     lens = [x for x in compute_lengths(g, 3) if x >= 1]
     for p in lens:
-        base = _hit(Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules))
+        base = hit(Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules))
         for q in (x for x in lens if x != p):
             for sq in sorted({min(q, p), min(q, p) // 2 // g.unit * g.unit}):
                 sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),
                                                             StoredRequest(prompt=q, shared=sq)), rules=rules)
-                h = _hit(sc)
+                h = hit(sc)
                 yield Instance(h >= base, sc, f"storing {q} tokens sharing {sq}: h {base} -> {h}")
 
 
-def iterate_content(g: Geometry, rules: str) -> Iterator[Instance]:
+def iterate_content(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether every loaded byte is what the reader computes itself."""
     for sc in iterate_scenarios(g, rules=rules):
         wrong = compute_wrong_positions(sc, evaluate_scenario(sc))
         yield Instance(not wrong, sc, f"{len(wrong)} wrong positions (group, position): {list(wrong[:3])}")
 
 
-PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str], Iterator[Instance]]]] = {
+PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str, Hit], Iterator[Instance]]]] = {
     "BEST": ("h equals the physical best E allows (largest multiple of a below N every group can serve, tail keys up "
              "to ⌊N/u⌋·u); above it would be unsafe", iterate_best),
     "RESEND": ("an identical resend hits ⌊(P−1)/a⌋·a, with EAGLE max(⌊P/a⌋·a − a, 0) (every P ≤ 2L + 2u)",

@@ -422,67 +422,92 @@ class MutantCheck(OneRow):
 
 
 @attrs.frozen(kw_only=True)
-class PropertyCheck(OneRow):
-    """A cache-efficiency property (checks/efficiency.py) of one rule set over every `sample`-th geometry of a scope:
-    expected to hold, or to be refuted (a finding, printed as a runnable counterexample). A hit above the physical
-    best fails the row whatever is expected."""
+class PropertyCheck:
+    """A cache-efficiency property (checks/efficiency.py) over every `sample`-th geometry of a scope, one row per rule
+    set: expected to hold, or to be refuted (a finding, printed as a runnable counterexample). A hit above the physical
+    best fails the row whatever is expected. The rule sets run in one pass, geometry by geometry, and a scenario whose
+    verdict key (spec/invariants.py) equals one already read under another rule set takes its hit."""
 
     prop: str
-    rules: str
-    expected: str  # "holds" | "refuted"
+    rows: tuple[tuple[str, str], ...]  # (rule set, "holds" | "refuted")
     sample: int = 1
     scope: Scope = SCOPE_SMALL
     budget_s: float = 5.0
 
     @property
     def id(self) -> str:
-        return f"{self.prop}/{self.rules}"
+        return self.row_ids[0]
+
+    @property
+    def row_ids(self) -> tuple[str, ...]:
+        return tuple(f"{self.prop}/{rules}" for rules, _ in self.rows)
 
     @property
     def fast(self) -> bool:
-        """Return whether `verify --fast` runs it: a row expected to hold, on its sample; a refutation is not sure to
-        show in a sample, so a row expected refuted runs only in full verify."""
-        return self.expected == "holds"
+        """Return whether `verify --fast` runs it: its rows expected to hold, on their sample; a refutation is not sure
+        to show in a sample, so a row expected refuted runs only in full verify."""
+        return any(e == "holds" for _, e in self.rows)
 
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return tuple(range(CHUNKS))
 
     def run(self, part: Any, fast: bool) -> Part:
+        from kvspec.spec.invariants import compute_verdict_key
+
         from .adapters import format_explain_command
-        from .efficiency import PROPERTIES
+        from .efficiency import PROPERTIES, _hit
         from .exhaustive import iterate_geometries
-        t0, n, fails, above, first = time.perf_counter(), 0, 0, 0, None
         stride = self.sample * (FAST_SAMPLE if fast else 1)
+        rows: dict[str, dict[str, Any]] = {rules: {"n": 0, "fails": 0, "above": 0, "bad": [], "seconds": 0.0}
+                                           for rules, e in self.rows if e == "holds" or not fast}
         for i, g in enumerate(iterate_geometries(self.scope.dcps, self.scope.units, self.scope.max_q)):
             if i % stride or (i // stride) % CHUNKS != part:
                 continue
-            for inst in PROPERTIES[self.prop][1](g, self.rules):
-                n += 1
-                above += inst.above_best
-                if not inst.holds:
-                    fails += 1
-                    if first is None:
-                        first = {"command": format_explain_command(inst.scenario), "what": inst.what}
-        return {"n": n, "bad": [first] if first else [], "fails": fails, "above": above,
-                "seconds": time.perf_counter() - t0}
+            hits: dict[tuple[Any, ...], int] = {}  # this geometry's, under every rule set of the pass
+
+            def hit(sc: Any, hits: dict[tuple[Any, ...], int] = hits) -> int:
+                key = compute_verdict_key(sc)
+                if key not in hits:
+                    hits[key] = _hit(sc)
+                return hits[key]
+
+            for rules, r in rows.items():
+                t0 = time.perf_counter()
+                for inst in PROPERTIES[self.prop][1](g, rules, hit):
+                    r["n"] += 1
+                    r["above"] += inst.above_best
+                    if not inst.holds:
+                        r["fails"] += 1
+                        if not r["bad"]:
+                            r["bad"].append({"command": format_explain_command(inst.scenario), "what": inst.what})
+                r["seconds"] += time.perf_counter() - t0
+        return {"n": sum(r["n"] for r in rows.values()), "bad": [b for r in rows.values() for b in r["bad"]],
+                "seconds": sum(r["seconds"] for r in rows.values()), "rows": rows}
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
-        n, fails, above = (sum(r[k] for r in results) for k in ("n", "fails", "above"))
-        first = next((r["bad"][0] for r in results if r["bad"]), None)
-        holds = fails == 0
-        ok = n > 0 and holds == (self.expected == "holds") and above == 0  # no instance: nothing shown, a failure
-        result = (f"holds on {n}" if holds else f"refuted: {fails} of {n}") + (f", {above} ABOVE the best" if above else "")
-        detail: dict[str, Any] = {"scenarios": n, "refutations": fails, "rules": self.rules, "above_best": above}
-        if first is not None:
-            detail["counterexample"] = first["what"]
-            detail["command"] = first["command"]
-        if not ok:
-            detail["failures"] = [first or {"what": f"expected {self.expected}, found it holds on {n} instances"}]
-        every = f"one geometry in {self.sample} of " if self.sample > 1 else ""
         from .efficiency import PROPERTIES
-        return (Row(id=self.id, method="exhaustive", statement=f"{PROPERTIES[self.prop][0]} [rules {self.rules}; "
-                   f"{every}the scope '{self.scope.name}']", expected=self.expected, result=result, ok=ok,
-                   seconds=sum(r["seconds"] for r in results), detail=detail),)
+        out = []
+        for rules, expected in self.rows:
+            mine = [r["rows"][rules] for r in results if rules in r["rows"]]
+            if not mine:  # not run (verify --fast leaves out the rows expected refuted)
+                continue
+            n, fails, above = (sum(r[k] for r in mine) for k in ("n", "fails", "above"))
+            first = next((r["bad"][0] for r in mine if r["bad"]), None)
+            holds = fails == 0
+            ok = n > 0 and holds == (expected == "holds") and above == 0  # no instance: nothing shown, a failure
+            result = (f"holds on {n}" if holds else f"refuted: {fails} of {n}") + (f", {above} ABOVE the best"
+                                                                                  if above else "")
+            detail: dict[str, Any] = {"scenarios": n, "refutations": fails, "rules": rules, "above_best": above}
+            if first is not None:
+                detail["counterexample"] = first["what"]
+                detail["command"] = first["command"]
+            if not ok:
+                detail["failures"] = [first or {"what": f"expected {expected}, found it holds on {n} instances"}]
+            every = f"one geometry in {self.sample} of " if self.sample > 1 else ""
+            out.append(Row(id=f"{self.prop}/{rules}", method="exhaustive", statement=f"{PROPERTIES[self.prop][0]} "
+                           f"[rules {rules}; {every}the scope '{self.scope.name}']", expected=expected, result=result,
+                           ok=ok, seconds=sum(r["seconds"] for r in mine), detail=detail))
+        return tuple(out)
 
 
 # What each rule set achieves (measured; a change in either direction fails the row and is worth a look).
@@ -518,7 +543,10 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     out.append(ExhaustiveCheck(rows=(("FAIL-exhaustive", SCOPE_FAILURE),) + tuple(  # F-7's capped re-lookup included
         (f"FAIL-exhaustive/{r}", attrs.evolve(SCOPE_FAILURE, name=f"failure-{r}", rules=r)) for r in VLLM_RULES),
         judge="failure", chunks=4))
-    out += [PropertyCheck(prop=p, rules=r, expected=e, sample=1 if full else k) for p, r, e, k in EFFICIENCY]
+    passes: dict[tuple[str, int], list[tuple[str, str]]] = {}  # a property's rule sets of one sample: one pass
+    for p, r, e, k in EFFICIENCY:
+        passes.setdefault((p, 1 if full else k), []).append((r, e))
+    out += [PropertyCheck(prop=p, rows=tuple(rows), sample=k) for (p, k), rows in passes.items()]
     out += [MutantCheck(id=f"MUT-{m.name}", mutant=m.name) for m in MUTANTS]
     return tuple(out)
 

@@ -62,5 +62,6 @@ def test_a_row_that_checked_nothing_fails():
     nothing = {**empty, "rows": [{"n": 0, "judged": 0, "bad": [], "seconds": 0.0}]}  # an exhaustive pass, one scope
     assert not ExhaustiveCheck(rows=(("E", SCOPE_SMALL),)).render([nothing])[0].ok
     assert not LinkCheck(rows=(("L", "lookup"),), scope=LINK_SCOPE).render([nothing])[0].ok
-    assert not PropertyCheck(prop="RESEND", rules="vllm-0.33.0", expected="holds").render([empty])[0].ok
+    no_instance = {**empty, "rows": {"vllm-0.33.0": {**empty, "bad": []}}}
+    assert not PropertyCheck(prop="RESEND", rows=(("vllm-0.33.0", "holds"),)).render([no_instance])[0].ok
     assert ExhaustiveCheck(rows=(("E", SCOPE_SMALL),)).render([{**nothing, "rows": [{**nothing["rows"][0], "n": 1}]}])[0].ok
