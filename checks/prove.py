@@ -496,9 +496,13 @@ HINTS: dict[str, dict[str, Any]] = {
     "I-15@vllm-0.33.0-lookahead": {SEED: (2, 0)},  # seed 0: 5.2 s; seed 2: 1.2 s
     "MAX-TAIL/z3@vllm-0.33.0-lookahead": {SEED: (1, 0)},  # seed 0: 4.9 s (16M units); seed 1: 1.0 s (2.2M)
     "I-19@vllm-0.33.0-lookahead": {SEED: (3, 0)},  # seed 0: 4.8 s (6.1M); seed 3: 3.2 s (3.5M)
+    "I-19": {SEED: (1, 0)},  # seed 0: 4.0 s (5.4M); seed 1: 2.9 s (2.6M)
+    "I-19@vllm-0.33.0": {SEED: (2, 0)},  # seed 0: 3.9 s (5.7M); seed 2: 2.8 s (2.3M)
+    "RESEND/z3@vllm-0.33.0-lookahead": {SEED: (1, 0)},  # seed 0: 4.0 s; seed 1: 3.2 s
     "I-4": ACCUMULATED,  # whole claim 3.8 s, split alone 6 s, split and accumulated 1.0 s
     "LEMMA-TAILS": ACCUMULATED,  # 2.4 → 1.9 s
-    "LEMMA-TAILS@vllm-0.33.0": ACCUMULATED,  # 13.5 → 6.4 s (the tail conjuncts lean on B_g >= 1 and h <= B_g)
+    # 13.5 → 6.4 s (the tail conjuncts lean on B_g >= 1 and h <= B_g); with seed 1 first 4.8 s (9.3M → 7.3M units)
+    "LEMMA-TAILS@vllm-0.33.0": {**ACCUMULATED, SEED: (1, 0)},
     "LEMMA-TAILS@vllm-0.33.0-lookahead": ACCUMULATED,  # 6.2 → 2.2 s
     "I-20": ACCUMULATED,  # 1.9 → 1.35 s
     "LEMMA-RETRY": PLAIN, "LEMMA-RETRY@vllm-0.33.0": PLAIN,  # 1.1, 8.3 → 0.1, 0.3 s
