@@ -65,3 +65,19 @@ def test_a_row_that_checked_nothing_fails():
     no_instance = {**empty, "rows": {"vllm-0.33.0": {**empty, "bad": []}}}
     assert not PropertyCheck(prop="RESEND", rows=(("vllm-0.33.0", "holds"),)).render([no_instance])[0].ok
     assert ExhaustiveCheck(rows=(("E", SCOPE_SMALL),)).render([{**nothing, "rows": [{**nothing["rows"][0], "n": 1}]}])[0].ok
+
+
+def test_a_shared_pass_is_listed_by_row_and_selected_by_any_of_its_rows(capsys):
+    """--list names each row of a shared pass (the rule sets' rows of one check); --only with any one of them selects
+    the whole pass, whose parts render one row per rule set."""
+    from kvspec.checks.cli import main
+    from kvspec.checks.manifest import compute_manifest
+    from kvspec.checks.verify import compute_tasks
+    assert main(["verify", "--list", "--only", "EXHAUSTIVE/vllm-0.33.0", "LINK-failure-vllm-0.33.0"]) == 0
+    listed = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
+    assert listed == ["EXHAUSTIVE", "EXHAUSTIVE/vllm-0.33.0", "LINK-vllm-0.33.0", "LINK-failure-vllm-0.33.0"]
+    manifest = compute_manifest()
+    picked = {manifest[k].id for k, _, _, _ in compute_tasks(only=("FAIL-exhaustive/vllm-0.33.0-lookahead",))}
+    assert picked == {"FAIL-exhaustive"}
+    fail = next(c for c in manifest if c.id == "FAIL-exhaustive")
+    assert fail.row_ids == ("FAIL-exhaustive", "FAIL-exhaustive/vllm-0.33.0", "FAIL-exhaustive/vllm-0.33.0-lookahead")
