@@ -27,8 +27,7 @@ DRAFT_REACH = 1  # tokens past p that an EAGLE drafter's KV at p depends on (the
 
 
 def compute_dependency_end_of(ops: Any, kind: Any, position: Any, reach: Any) -> Any:
-    """Return the end of what a byte at p depends on: p (a Mamba state after p tokens), p + 1 + L (draft KV of a drafter
-    reaching L tokens past p), p + 1 (attention)."""
+    """Return the end of a byte's dependencies: p (Mamba state after p tokens), p + 1 + L (draft KV, reach L), p + 1."""
     return ops.If(kind == KIND_MAMBA, position, ops.If(kind == KIND_DRAFT, position + 1 + reach, position + 1))
 
 

@@ -365,9 +365,9 @@ def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
 
 
 def compute_verdict_key(scenario: Scenario) -> tuple[Any, ...]:
-    """Return all that compute_violations and compute_failure_violations read of s and evaluate_scenario(s) under the
-    spec's own stages: (geometry, the rule set's geometry, tail rule, λ, E before evictions, evictions, N, shared
-    prefix); equal keys, equal verdicts."""
+    """Return (geometry, rule geometry, tail rule, λ, E before evictions, evictions, N, shared prefix)."""
+    # all that evaluate_scenario (the spec's own stages), compute_violations and compute_failure_violations read of
+    # a scenario: scenarios with equal keys get equal verdicts (tests/test_spec_invariants.py)
     rules = get_rules(scenario.rules)
     return (scenario.geometry, compute_rule_geometry(rules, scenario.geometry), rules.tail_key, rules.lookahead,
             compute_stored(scenario), scenario.evicted, scenario.prompt, compute_shared(scenario))
