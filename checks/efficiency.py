@@ -109,7 +109,8 @@ def iterate_mono_more(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Inst
 
 
 def iterate_content(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
-    """Yield, per scenario of the geometry's scope, whether every loaded byte is what the reader computes itself."""
+    """Yield, per scenario of the geometry's scope, whether every loaded byte is what the reader computes itself (it
+    reads the whole load, not `hit`)."""
     for sc in iterate_scenarios(g, rules=rules):
         wrong = compute_wrong_positions(sc, evaluate_scenario(sc))
         yield Instance(not wrong, sc, f"{len(wrong)} wrong positions (group, position): {list(wrong[:3])}")

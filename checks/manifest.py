@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 import attrs
@@ -50,7 +51,7 @@ class Row:
 
 class Check(Protocol):
     """A check of `make verify`: split into parts, each run anywhere, rendered into its rows — one for most checks,
-    one per rule set for a shared exhaustive pass (a row that checked nothing fails: an empty run shows nothing)."""
+    one per rule set or link of a shared pass (a row that checked nothing fails: an empty run shows nothing)."""
 
     @property
     def id(self) -> str: ...
@@ -77,6 +78,26 @@ class OneRow:
     @property
     def row_ids(self) -> tuple[str, ...]:
         return (cast(Check, self).id,)
+
+
+class SharedPass:
+    """A check whose `rows` field lists (row id, what the row covers): one pass, one row each; its id is the first's."""
+
+    rows: tuple[tuple[str, Any], ...]
+
+    @property
+    def id(self) -> str:
+        return self.rows[0][0]
+
+    @property
+    def row_ids(self) -> tuple[str, ...]:
+        return tuple(rid for rid, _ in self.rows)
+
+
+def _pass_part(rows: Any, per_row: list[dict[str, Any]]) -> Part:
+    """Return a shared pass's part: its rows' results (`rows`, as the check renders them) and their totals."""
+    return {"n": sum(r["n"] for r in per_row), "bad": [b for r in per_row for b in r["bad"]],
+            "seconds": sum(r["seconds"] for r in per_row), "rows": rows}
 
 
 @functools.lru_cache(maxsize=1)
@@ -172,8 +193,8 @@ def _judge_failures(sc: Any, stages: Any) -> Found:
 class Judge:
     """What an exhaustive pass asks of each scenario, and how its rows say it."""
 
-    judge: Any  # (scenario, stages) -> Found
-    statement: Any  # scope -> the row's statement
+    judge: Callable[[Any, Any], Found]  # (scenario, stages) -> what it found
+    statement: Callable[[Scope], str]  # the row's statement
     inputs: str  # what the row counts
 
 
@@ -201,7 +222,7 @@ def _run_failures(scope: Scope, stages: Any, fast: bool, stop_at_first: bool) ->
 
 
 @attrs.frozen(kw_only=True)
-class ExhaustiveCheck:
+class ExhaustiveCheck(SharedPass):
     """A judge (the registry, or the failure closure) on every scenario of each scope, none may violate it: one row per
     scope. The scopes differ only in their rule set and are walked in one pass, geometry by geometry; a scenario whose
     verdict key (spec/invariants.py: compute_verdict_key) equals one already judged in the pass, under its own rule set
@@ -217,14 +238,6 @@ class ExhaustiveCheck:
         first = self.rows[0][1]
         if not all(first.same_but_rules(sc) for _, sc in self.rows):
             raise ValueError(f"{self.id}: one pass walks scopes that differ only in their rule set")
-
-    @property
-    def id(self) -> str:
-        return self.rows[0][0]
-
-    @property
-    def row_ids(self) -> tuple[str, ...]:
-        return tuple(rid for rid, _ in self.rows)
 
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return tuple(range(self.chunks))
@@ -252,7 +265,7 @@ class ExhaustiveCheck:
                                for v, ok in found[1]]
                 secs[i] += time.perf_counter() - t0
         per_row = [{"n": n[i], "judged": judged[i], "bad": bad[i], "seconds": secs[i]} for i in range(k)]
-        return {"n": sum(n), "bad": [b for bs in bad for b in bs], "seconds": sum(secs), "rows": per_row}
+        return _pass_part(per_row, per_row)
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         rows, j = [], JUDGES[self.judge]
@@ -273,7 +286,7 @@ LINK_WHAT = {"lookup": "closed form == executable fixed point (h, tail boundarie
 
 
 @attrs.frozen(kw_only=True)
-class LinkCheck:
+class LinkCheck(SharedPass):
     """The closed form the theorems are proved on equals the executable spec on every input of a scope: its lookup,
     and (a second row) its failure closure; one pass, each input's closed form and evaluation shared by both rows."""
 
@@ -282,14 +295,6 @@ class LinkCheck:
     rule: str = "pr53324"  # the store rule of the closed form and of the scenarios
     budget_s: float = 8.0
     fast: bool = True  # --fast takes every 7th input
-
-    @property
-    def id(self) -> str:
-        return self.rows[0][0]
-
-    @property
-    def row_ids(self) -> tuple[str, ...]:
-        return tuple(rid for rid, _ in self.rows)
 
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return (None,)
@@ -312,7 +317,7 @@ class LinkCheck:
                     bad[i].append(r)
                 secs[i] += time.perf_counter() - t0
         per_row = [{"n": n[i], "bad": bad[i], "seconds": secs[i]} for i in range(k)]
-        return {"n": sum(n), "bad": [b for bs in bad for b in bs], "seconds": sum(secs), "rows": per_row}
+        return _pass_part(per_row, per_row)
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         rows = []
@@ -481,8 +486,7 @@ class PropertyCheck:
                         if not r["bad"]:
                             r["bad"].append({"command": format_explain_command(inst.scenario), "what": inst.what})
                 r["seconds"] += time.perf_counter() - t0
-        return {"n": sum(r["n"] for r in rows.values()), "bad": [b for r in rows.values() for b in r["bad"]],
-                "seconds": sum(r["seconds"] for r in rows.values()), "rows": rows}
+        return _pass_part(rows, list(rows.values()))  # keyed by rule set: --fast leaves some out
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         from .efficiency import PROPERTIES

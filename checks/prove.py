@@ -99,7 +99,7 @@ CONSTRUCTIONS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], dict[
               lambda v: {"u": v["u"], "ba": v["u"] * v["ka"], "bm": v["u"] * v["km"], "d": v["d"],
                          "lcm": v["u"] * v["ka"] * v["d"] * v["la"]},
               lambda v: v["u"] * v["ka"] * v["d"] * v["la"] == v["u"] * v["km"] * v["lm"]),
-    # I-4p with b = I·k: 3.7 → 0.7 s (I-4 that way ends unknown: it is split and accumulated instead, ACCUMULATE)
+    # I-4p with b = I·k: 3.7 → 0.7 s (I-4 that way ends unknown: it is split and accumulated instead, HINTS)
     "I-4p": (("d", "il", "k", "o1", "o2"), lambda v: {"d": v["d"], "il": v["il"], "b": v["il"] * v["k"], "o1": v["o1"],
                                                      "o2": v["o2"]}, None),
     "I-6": (("u", "k", "t", "i"), lambda v: {"u": v["u"], "s": v["u"] * v["k"], "tail": v["u"] * v["t"], "i": v["i"]},
@@ -459,10 +459,8 @@ def compute_theorems() -> tuple[Theorem, ...]:
                            precondition=_pre("S = P = N; u, q, D, P symbolic", STEPS[:2]), **SYMBOLIC))
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
                        "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
-                       rlimit=40_000_000,  # per seed (SEEDS): a stuck seed gives way early
-                       # the pipeline alone at 10M units per seed: the default solver's 40M never closed the heavy
-                       # conjunct where the next seed's pipeline does (11 → 6.4 s)
-                       attempts=(("pipeline", 4),), replay=_replay_scenario("I-20", legacy=True),
+                       rlimit=40_000_000,  # per seed (HINTS): a stuck seed gives way early
+                       replay=_replay_scenario("I-20", legacy=True),
                        precondition=_pre("D = 1; u, q, P, N, S symbolic", STEPS), **SYMBOLIC))
     out.append(Theorem(name="CONTENT-KEY@legacy-hashes", statement="the same under the connector's legacy hashes "
                        "(λ = 0) with an EAGLE drafter (L = 1): the draft-KV hazard [all integers]",
@@ -477,8 +475,8 @@ def compute_theorems() -> tuple[Theorem, ...]:
 
 # Proof hints, one table: per theorem, the Theorem fields to change, each found by measurement in a fresh context with
 # both cores busy (a hint changes how a claim is posed or searched, never the claim). Kinds:
-# - seeds: Z3 random seeds tried in turn while unknown; every list ends with seed 0, so a hint that stops working
-#   falls back to the default.
+# - seeds: Z3 random seeds tried in turn while unknown (each with the portfolio, `attempts` where a hint names one);
+#   every list ends with seed 0, so a hint that stops working falls back to the default.
 # - split + accumulate: proved conjunct by conjunct, each query assuming the conjuncts proved before it (sound: each
 #   holds under the precondition and the definitions). On other split theorems no better or far slower (I-19: 4 s →
 #   unknown at 12 s; LEMMA-HIT-SHAPE@vllm-0.33.0: 6 s → unknown at 17 s).
@@ -486,9 +484,9 @@ def compute_theorems() -> tuple[Theorem, ...]:
 #   most other theorems dropping them ends unknown); div_vars off likewise (F-4/z3@vllm-0.33.0 only).
 SEED, ACCUMULATED, PLAIN = "seeds", {"split": True, "accumulate": True}, {"product_lemmas": False}
 HINTS: dict[str, dict[str, Any]] = {
-    # one conjunct is heavy-tailed: seeds 0 and 2 first end unknown at 40M units; seed 1 gives up on it at 10M and
-    # seed 0 then closes it (its portfolio, the pipeline alone, is in its definition)
-    "LEGACY-D1-SAFE": {SEED: (1, 0, 2)},
+    # one conjunct is heavy-tailed: seeds 0 and 2 first end unknown at 40M units; on the pipeline alone (10M units per
+    # seed) seed 1 gives up on it and seed 0 then closes it; the default solver's 40M never did (11 → 6.4 s)
+    "LEGACY-D1-SAFE": {SEED: (1, 0, 2), "attempts": (("pipeline", 4),)},
     "F-MAX/z3": {SEED: (2, 0)},  # seed 0: 14.5 s; seeds 1-3: 5-6.5 s
     "F-4/z3": {SEED: (1, 0)},  # seed 0: 8.7 s; seed 1: 2.0 s
     "I-20/draft@vllm-0.33.0-lookahead": {SEED: (2, 0)},  # seed 0: 9.8 s; seed 2: 4.7 s

@@ -158,20 +158,24 @@ def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> 
     return compute_rank_objects(scenario.geometry, compute_stored(scenario, stages))
 
 
-def compute_hit(scenario: Scenario) -> Tokens:
-    """Return h of the scenario's lookup under the spec's own stages (evaluate_scenario's, without tails and plan)."""
+def compute_scenario_lookup(scenario: Scenario, stages: Stages = SPEC_STAGES) -> tuple[Geometry, frozenset[Obj],
+                                                                                        LookupResult]:
+    """Return (the rule set's geometry, E after evictions, the lookup of N) of a scenario."""
     rules = get_rules(scenario.rules)
     g = compute_rule_geometry(rules, scenario.geometry)
-    present = SPEC_STAGES.present(g, compute_stored(scenario), scenario.evicted)
-    return SPEC_STAGES.lookup(g, present, Tokens(scenario.prompt), lookahead=rules.lookahead).hit_length
+    present = stages.present(g, compute_stored(scenario, stages), scenario.evicted)
+    return g, present, stages.lookup(g, present, Tokens(scenario.prompt), lookahead=rules.lookahead)
+
+
+def compute_hit(scenario: Scenario) -> Tokens:
+    """Return h of the scenario's lookup under the spec's own stages (evaluate_scenario's, without tails and plan)."""
+    return compute_scenario_lookup(scenario)[2].hit_length
 
 
 def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES) -> Outcome:
     """Return the outcome of a scenario; a violated rule during lookup is reported, not raised."""
-    rules = get_rules(scenario.rules)
-    g, n = compute_rule_geometry(rules, scenario.geometry), Tokens(scenario.prompt)
-    present = stages.present(g, compute_stored(scenario, stages), scenario.evicted)
-    look = stages.lookup(g, present, n, lookahead=rules.lookahead)
+    rules, n = get_rules(scenario.rules), Tokens(scenario.prompt)
+    g, present, look = compute_scenario_lookup(scenario, stages)
     try:
         tails = stages.tails(g, present, n, look.hit_length, rules.tail_key, rules.lookahead)
     except SpecError as err:
