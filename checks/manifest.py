@@ -158,13 +158,22 @@ def _registry_ids() -> str:
 Found = tuple[int, list[tuple[list[str], list[bool] | None]]]  # (inputs judged, violations: (ids, load results))
 
 
-def _judge_registry(sc: Any, stages: Any) -> Found:
-    """Return one scenario judged by the registry and I-21 (an evaluation error is a violation)."""
-    from kvspec.spec.invariants import compute_violations
+def _judge_registry(sc: Any, stages: Any) -> Any:
+    """Return (witness, violated ids) of one scenario judged by the registry (but the invariants reading the shared
+    prefix) and I-21; an evaluation error is a violation."""
+    from kvspec.spec.invariants import compute_keyed_violations
     from kvspec.spec.scenario import evaluate_scenario
     out = evaluate_scenario(sc, stages)
-    v = list(compute_violations(sc, out)) + (["error"] if out.error is not None else [])
-    return 1, ([(v, None)] if v else [])
+    w, v = compute_keyed_violations(sc, out)
+    return w, v + (("error",) if out.error is not None else ())
+
+
+def _finish_registry(sc: Any, verdict: Any) -> Found:
+    """Return what the registry found in one scenario: its verdict and the invariants reading its shared prefix."""
+    from kvspec.spec.invariants import compute_shared, compute_shared_violations
+    w, v = verdict
+    v += compute_shared_violations(w, compute_shared(sc))
+    return 1, ([(list(v), None)] if v else [])
 
 
 def _failure_patterns(n: int) -> list[tuple[bool, ...]]:
@@ -193,15 +202,18 @@ def _judge_failures(sc: Any, stages: Any) -> Found:
 class Judge:
     """What an exhaustive pass asks of each scenario, and how its rows say it."""
 
-    judge: Callable[[Any, Any], Found]  # (scenario, stages) -> what it found
+    judge: Callable[[Any, Any], Any]  # (scenario, stages) -> its verdict, shared by scenarios of equal verdict keys
+    finish: Callable[[Any, Any], Found]  # (scenario, verdict) -> what it found in that scenario
     statement: Callable[[Scope], str]  # the row's statement
     inputs: str  # what the row counts
 
 
 JUDGES: dict[str, Judge] = {
-    "registry": Judge(_judge_registry, lambda scope: f"registry ({_registry_ids()}) on every scenario of the scope "
+    "registry": Judge(_judge_registry, _finish_registry,
+                      lambda scope: f"registry ({_registry_ids()}) on every scenario of the scope "
                       f"'{scope.name}': {scope.describe()}", "scenarios"),
-    "failure": Judge(_judge_failures, lambda scope: "failure closure F-1, F-2, F-3, F-4, F-7, F-MAX for every "
+    "failure": Judge(_judge_failures, lambda sc, found: found,
+                     lambda scope: "failure closure F-1, F-2, F-3, F-4, F-7, F-MAX for every "
                      f"single-block failure and total failure, every scenario with a hit of: {scope.describe()}",
                      "load results"),
 }
@@ -226,7 +238,8 @@ class ExhaustiveCheck(SharedPass):
     """A judge (the registry, or the failure closure) on every scenario of each scope, none may violate it: one row per
     scope. The scopes differ only in their rule set and are walked in one pass, geometry by geometry; a scenario whose
     verdict key (spec/invariants.py: compute_verdict_key) equals one already judged in the pass, under its own rule set
-    or another, takes that verdict instead of a second evaluation (a rule set's row still counts every scenario)."""
+    or another, takes that verdict instead of a second evaluation; what the key leaves out (the shared prefix) the
+    judge's `finish` reads per scenario. A rule set's row still counts every scenario."""
 
     rows: tuple[tuple[str, Scope], ...]  # (row id, scope); the first row's id is the check's
     judge: str = "registry"  # a key of JUDGES
@@ -245,22 +258,23 @@ class ExhaustiveCheck(SharedPass):
     def run(self, part: Any, fast: bool) -> Part:
         from kvspec.spec.invariants import compute_verdict_key
         from kvspec.spec.scenario import SPEC_STAGES
-        judge, k = JUDGES[self.judge].judge, len(self.rows)
+        j, k = JUDGES[self.judge], len(self.rows)
         n, judged, secs = [0] * k, [0] * k, [0.0] * k
         bad: list[list[dict[str, Any]]] = [[] for _ in range(k)]
         for g in self.rows[0][1].geometries(stride=self.chunks * (FAST_SAMPLE if fast else 1), offset=part):
-            verdicts: dict[tuple[Any, ...], Found] = {}  # this geometry's, under every rule set of the pass
+            verdicts: dict[tuple[Any, ...], Any] = {}  # this geometry's, under every rule set of the pass
             for i, (_, scope) in enumerate(self.rows):
                 t0 = time.perf_counter()
                 for sc in scope.scenarios(g):
                     if len(bad[i]) >= MAX_FAILURES:
                         break
                     key = compute_verdict_key(sc)
-                    found = verdicts.get(key)
-                    if found is None:
-                        found = verdicts[key] = judge(sc, SPEC_STAGES)
-                        judged[i] += found[0]
+                    verdict, fresh = verdicts.get(key), key not in verdicts
+                    if fresh:
+                        verdict = verdicts[key] = j.judge(sc, SPEC_STAGES)
+                    found = j.finish(sc, verdict)
                     n[i] += found[0]
+                    judged[i] += found[0] if fresh else 0
                     bad[i] += [{"violated": v, "scenario": repr(sc), **({"ok": ok} if ok is not None else {})}
                                for v, ok in found[1]]
                 secs[i] += time.perf_counter() - t0

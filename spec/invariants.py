@@ -294,6 +294,7 @@ class Invariant:
     predicate: Callable[..., Any]
     pre: Callable[..., Any] | None = None
     variables: tuple[str, ...] = ()
+    reads_shared: bool = False  # a scenario predicate reading the witness's shared prefix (outside the verdict key)
 
 
 REGISTRY: tuple[Invariant, ...] = (
@@ -313,7 +314,7 @@ REGISTRY: tuple[Invariant, ...] = (
     Invariant(id="I-12", statement="h is a multiple of a, 0 <= h <= ⌊N/a⌋·a and h < N",
               kind="scenario", predicate=inv_hit_aligned_below_prompt),
     Invariant(id="I-SHARED", statement="h <= the prefix shared with a stored request",
-              kind="scenario", predicate=inv_hit_within_shared),
+              kind="scenario", predicate=inv_hit_within_shared, reads_shared=True),
     Invariant(id="I-14", statement="h > 0 => every Mamba group's state at h is stored",
               kind="scenario", predicate=inv_mamba_at_hit),
     Invariant(id="I-15", statement="h > 0 => every attention block before the tail block is stored at (i+1)·s",
@@ -354,23 +355,43 @@ def get_invariant(inv_id: str) -> Invariant:
     raise KeyError(inv_id)
 
 
-def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
-    """Return the ids of the scenario invariants (and structural rules) an evaluated scenario violates."""
+def compute_keyed_violations(scenario: Scenario, outcome: Outcome) -> tuple[Witness, tuple[str, ...]]:
+    """Return (the witness, the ids of the invariants it violates that do not read the shared prefix, and I-21)."""
     from .ops import IntOps
 
     w = compute_witness(scenario, outcome)
-    bad = [inv.id for inv in REGISTRY if inv.kind in ("scenario", "maximal") and not inv.predicate(IntOps, w)]
-    bad.extend(compute_plan_violations(scenario, outcome))
-    return tuple(bad)
+    bad = [inv.id for inv in REGISTRY if inv.kind in ("scenario", "maximal") and not inv.reads_shared
+           and not inv.predicate(IntOps, w)]
+    return w, tuple(bad) + compute_plan_violations(scenario, outcome)
+
+
+def compute_shared_violations(witness: Witness, shared: int) -> tuple[str, ...]:
+    """Return the ids of the invariants reading the shared prefix that the witness violates with that prefix."""
+    from .ops import IntOps
+
+    w = witness if witness.shared == shared else attrs.evolve(witness, shared=shared)
+    return tuple(inv.id for inv in REGISTRY if inv.reads_shared and not inv.predicate(IntOps, w))
+
+
+def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
+    """Return the ids of the scenario invariants (and structural rules) an evaluated scenario violates."""
+    w, bad = compute_keyed_violations(scenario, outcome)
+    return _in_registry_order(bad + compute_shared_violations(w, compute_shared(scenario)))
+
+
+def _in_registry_order(ids: tuple[str, ...]) -> tuple[str, ...]:
+    order = {inv.id: k for k, inv in enumerate(REGISTRY)}
+    return tuple(sorted(ids, key=lambda i: order.get(i, len(order))))
 
 
 def compute_verdict_key(scenario: Scenario) -> tuple[Any, ...]:
-    """Return (geometry, rule geometry, tail rule, λ, E before evictions, evictions, N, shared prefix)."""
-    # all that evaluate_scenario (the spec's own stages), compute_violations and compute_failure_violations read of
-    # a scenario: scenarios with equal keys get equal verdicts (tests/test_spec_invariants.py)
+    """Return (geometry, rule geometry, tail rule, λ, E after evictions, N)."""
+    # all that evaluate_scenario (the spec's own stages), compute_keyed_violations and compute_failure_violations read
+    # of a scenario: scenarios with equal keys get equal verdicts (tests/test_spec_invariants.py); the shared prefix
+    # is not in it, the invariants that read it (reads_shared) are judged per scenario
     rules = get_rules(scenario.rules)
     return (scenario.geometry, compute_rule_geometry(rules, scenario.geometry), rules.tail_key, rules.lookahead,
-            compute_stored(scenario), scenario.evicted, scenario.prompt, compute_shared(scenario))
+            compute_present_after(scenario.geometry, compute_stored(scenario), scenario.evicted), scenario.prompt)
 
 
 def compute_plan_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:

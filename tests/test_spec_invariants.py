@@ -121,7 +121,12 @@ def test_equal_verdict_keys_give_equal_evaluations_across_rule_sets():
     import attrs
 
     from kvspec.checks.exhaustive import SCOPE_SMALL
-    from kvspec.spec.invariants import compute_failure_violations, compute_failure_witness, compute_verdict_key
+    from kvspec.spec.invariants import (
+        compute_failure_violations,
+        compute_failure_witness,
+        compute_keyed_violations,
+        compute_verdict_key,
+    )
     from kvspec.spec.rules import RULE_SETS
 
     shared = violated = 0
@@ -136,10 +141,36 @@ def test_equal_verdict_keys_give_equal_evaluations_across_rule_sets():
                     fw = compute_failure_witness(sc, out, ok)
                     failures.append((compute_failure_violations(sc, out, ok), fw.safe, fw.retry_hit,
                                      fw.attention_loaded))
-                verdict = (out.present, out.lookup, out.tails, out.load, out.error, compute_violations(sc, out),
-                           tuple(failures))
+                verdict = (out.present, out.lookup, out.tails, out.load, out.error,
+                           compute_keyed_violations(sc, out)[1], tuple(failures))
                 first = seen.setdefault(compute_verdict_key(sc), (sc, verdict))
                 assert first[1] == verdict, (first[0], sc)
                 shared += first[0].rules != sc.rules
                 violated += bool(verdict[-2])
     assert shared > 1000 and violated > 0  # rule sets do share verdicts, violations among them
+
+
+def test_only_the_invariants_marked_reads_shared_read_the_shared_prefix():
+    """The verdict key leaves the shared prefix out, so an invariant not marked reads_shared must give the same verdict
+    whatever the witness's shared prefix; the marked ones are judged per scenario and their ids come out in registry
+    order, as compute_violations's."""
+    import attrs
+
+    from kvspec.checks.exhaustive import SCOPE_SMALL
+    from kvspec.spec.invariants import compute_keyed_violations, compute_shared_violations
+    from kvspec.spec.ops import IntOps
+
+    marked, judged, refuted = {inv.id for inv in REGISTRY if inv.reads_shared}, 0, 0
+    assert marked == {"I-SHARED"}
+    for g in SCOPE_SMALL.geometries(stride=131, offset=3):
+        for sc in SCOPE_SMALL.scenarios(g):
+            w, _ = compute_keyed_violations(sc, evaluate_scenario(sc))
+            for inv in REGISTRY:
+                if inv.kind not in ("scenario", "maximal") or inv.reads_shared:
+                    continue
+                first = inv.predicate(IntOps, w)
+                for s in (0, w.hit - 1, w.hit, w.prompt + 7):
+                    assert inv.predicate(IntOps, attrs.evolve(w, shared=s)) == first, (inv.id, sc, s)
+                judged += 1
+            refuted += compute_shared_violations(w, w.hit - 1) == ("I-SHARED",) if w.hit > 0 else 0
+    assert judged > 10000 and refuted > 100
