@@ -28,8 +28,8 @@ from .content import KIND_ATTENTION, KIND_MAMBA, compute_dependency_end_of
 from .geometry import Geometry, compute_alignment, compute_span
 from .lookup import compute_best_hit, compute_group_present, compute_lookup, compute_tail_block
 from .rules import compute_rule_geometry, get_rules
-from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_stored
-from .store import Obj, compute_present_after
+from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_scenario_present
+from .store import Obj
 from .types import GroupId, Tokens
 
 MISSING = -1  # tail boundary of a group whose tail key could not be found
@@ -66,7 +66,7 @@ def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
     g = scenario.geometry
     h = outcome.hit_length
     # outcome.present is not trusted (a mutant may have computed it): E comes from the spec's own rules
-    truth = compute_present_after(g, compute_stored(scenario), scenario.evicted)
+    truth = compute_scenario_present(scenario)
     tails = dict(outcome.tails)
     last_key = {e.group: e.key_boundary for e in outcome.load}  # plan order: last entry of g is its tail block
     views = []
@@ -391,7 +391,7 @@ def compute_verdict_key(scenario: Scenario) -> tuple[Any, ...]:
     # is not in it, the invariants that read it (reads_shared) are judged per scenario
     rules = get_rules(scenario.rules)
     return (scenario.geometry, compute_rule_geometry(rules, scenario.geometry), rules.tail_key, rules.lookahead,
-            compute_present_after(scenario.geometry, compute_stored(scenario), scenario.evicted), scenario.prompt)
+            compute_scenario_present(scenario), scenario.prompt)
 
 
 def compute_plan_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:

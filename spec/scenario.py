@@ -158,12 +158,23 @@ def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> 
     return compute_rank_objects(scenario.geometry, compute_stored(scenario, stages))
 
 
+def compute_scenario_present(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[Obj]:
+    """Return E: the stored objects less those with an evicted shard (the stages' present rule)."""
+    return _compute_scenario_present(scenario, stages)
+
+
+@functools.lru_cache(maxsize=256)  # the verdict key, the evaluation and the witness all read it
+def _compute_scenario_present(scenario: Scenario, stages: Stages) -> frozenset[Obj]:
+    g = compute_rule_geometry(get_rules(scenario.rules), scenario.geometry)
+    return stages.present(g, compute_stored(scenario, stages), scenario.evicted)
+
+
 def compute_scenario_lookup(scenario: Scenario, stages: Stages = SPEC_STAGES) -> tuple[Geometry, frozenset[Obj],
                                                                                         LookupResult]:
     """Return (the rule set's geometry, E after evictions, the lookup of N) of a scenario."""
     rules = get_rules(scenario.rules)
     g = compute_rule_geometry(rules, scenario.geometry)
-    present = stages.present(g, compute_stored(scenario, stages), scenario.evicted)
+    present = compute_scenario_present(scenario, stages)
     return g, present, stages.lookup(g, present, Tokens(scenario.prompt), lookahead=rules.lookahead)
 
 
