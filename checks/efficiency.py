@@ -19,15 +19,24 @@ rows state per rule set whether the property holds (or is refuted, with a runnab
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import attrs
 
 from kvspec.spec.content import compute_wrong_positions
 from kvspec.spec.geometry import Geometry, compute_lcm_span
+from kvspec.spec.invariants import compute_verdict_key
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
 from kvspec.spec.rules import compute_rule_geometry, get_rules
-from kvspec.spec.scenario import Scenario, StoredRequest, compute_hit, compute_stored, evaluate_scenario
-from kvspec.spec.store import compute_present_after, compute_rule_store, compute_visible
+from kvspec.spec.scenario import (
+    Outcome,
+    Scenario,
+    StoredRequest,
+    compute_hit,
+    compute_scenario_present,
+    evaluate_scenario,
+)
+from kvspec.spec.store import compute_rule_store, compute_visible
 from kvspec.spec.types import Rank, Tokens
 
 from .exhaustive import compute_lengths, iterate_scenarios
@@ -43,80 +52,102 @@ class Instance:
     above_best: bool = False  # a hit above the best E allows: unsafe, whatever the property expects
 
 
-def _hit(sc: Scenario) -> int:
-    return int(compute_hit(sc))
+class Memo:
+    """A scenario's hit, outcome and physical best, each computed once per verdict key (spec/invariants.py:
+    compute_verdict_key: all that the evaluation reads of a scenario): a pass over several rule sets shares them."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Any, ...], Any] = {}
+
+    def _get(self, what: str, sc: Scenario, compute: Callable[[Scenario], Any]) -> Any:
+        key = (what, *compute_verdict_key(sc))
+        if key not in self._seen:
+            self._seen[key] = compute(sc)
+        return self._seen[key]
+
+    def hit(self, sc: Scenario) -> int:
+        """Return h (the lookup alone: spec/scenario.py: compute_hit)."""
+        return int(self._get("hit", sc, compute_hit))
+
+    def outcome(self, sc: Scenario) -> Outcome:
+        """Return the whole evaluation (lookup, tails, plan)."""
+        return cast(Outcome, self._get("outcome", sc, evaluate_scenario))
+
+    def best(self, sc: Scenario) -> int:
+        """Return the physical best E allows (spec/lookup.py: compute_physical_best)."""
+        return int(self._get("best", sc, _physical_best))
 
 
-Hit = Callable[[Scenario], int]  # a scenario's h (a pass over several rule sets shares equal verdict keys' hits)
+def _physical_best(sc: Scenario) -> Tokens:
+    rs = get_rules(sc.rules)
+    return compute_physical_best(compute_rule_geometry(rs, sc.geometry), compute_scenario_present(sc),
+                                 Tokens(sc.prompt), rs.lookahead)
 
 
-def iterate_best(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
+def iterate_best(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether h equals the physical best ("above" marks a safety bug)."""
-    rs = get_rules(rules)
     for sc in iterate_scenarios(g, rules=rules):
-        h = hit(sc)
-        e = compute_present_after(g, compute_stored(sc), sc.evicted)
-        best = int(compute_physical_best(compute_rule_geometry(rs, g), e, Tokens(sc.prompt), rs.lookahead))
+        h, best = memo.hit(sc), memo.best(sc)
         yield Instance(h == best, sc, f"h {h} vs best {best}", above_best=h > best)
 
 
-def iterate_resend(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
+def iterate_resend(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
     """Yield, per P up to 2L + 2u, whether an identical resend hits compute_resend_best."""
     lookahead = get_rules(rules).lookahead
     for p in range(1, 2 * compute_lcm_span(g) + 2 * g.unit + 1):
         sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
-        h, best = hit(sc), int(compute_resend_best(g, Tokens(p), lookahead))
+        h, best = memo.hit(sc), int(compute_resend_best(g, Tokens(p), lookahead))
         yield Instance(h == best, sc, f"h {h} vs best {best}", above_best=h > best)
 
 
-def iterate_mono_prefix(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
+def iterate_mono_prefix(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
     """Yield, per P and consecutive shared prefixes S < S', whether the hit at S' is at least the hit at S."""
     lens = compute_lengths(g, 3)
     for p in (x for x in lens if x >= 1):
         prev = None
         for s in sorted({t for t in lens if t <= p} | {p}):
             sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=s),), rules=rules)
-            h = hit(sc)
+            h = memo.hit(sc)
             if prev is not None:
                 yield Instance(h >= prev[1], sc, f"S {prev[0]} -> {s}: h {prev[1]} -> {h}")
             prev = (s, h)
 
 
-def iterate_mono_evict(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
+def iterate_mono_evict(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
     """Yield, per P and stored object, whether evicting its last rank's shard leaves the hit at most as it was."""
     last = Rank(g.parallel.dcp - 1)
     for p in (x for x in compute_lengths(g, 3) if x >= 1):
         stored = (StoredRequest(prompt=p, shared=p),)
-        base = hit(Scenario(geometry=g, prompt=p, stored=stored, rules=rules))
+        base = memo.hit(Scenario(geometry=g, prompt=p, stored=stored, rules=rules))
         rs = get_rules(rules)
         for gid, t in sorted(compute_visible(compute_rule_store(rs, g, Tokens(p)), Tokens(p), rs.lookahead)):
             sc = Scenario(geometry=g, prompt=p, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
-            h = hit(sc)
+            h = memo.hit(sc)
             yield Instance(h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}")
 
 
-def iterate_mono_more(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
+def iterate_mono_more(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
     """Yield, per P and a second stored request Q (sharing all or half of min(P, Q)), whether the hit does not drop."""
     lens = [x for x in compute_lengths(g, 3) if x >= 1]
     for p in lens:
-        base = hit(Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules))
+        base = memo.hit(Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules))
         for q in (x for x in lens if x != p):
             for sq in sorted({min(q, p), min(q, p) // 2 // g.unit * g.unit}):
                 sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),
                                                             StoredRequest(prompt=q, shared=sq)), rules=rules)
-                h = hit(sc)
+                h = memo.hit(sc)
                 yield Instance(h >= base, sc, f"storing {q} tokens sharing {sq}: h {base} -> {h}")
 
 
-def iterate_content(g: Geometry, rules: str, hit: Hit = _hit) -> Iterator[Instance]:
+def iterate_content(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether every loaded byte is what the reader computes itself (it
-    reads the whole load, not `hit`)."""
+    reads the whole load, not only h)."""
     for sc in iterate_scenarios(g, rules=rules):
-        wrong = compute_wrong_positions(sc, evaluate_scenario(sc))
+        wrong = compute_wrong_positions(sc, memo.outcome(sc))
         yield Instance(not wrong, sc, f"{len(wrong)} wrong positions (group, position): {list(wrong[:3])}")
 
 
-PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str, Hit], Iterator[Instance]]]] = {
+PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str, Memo], Iterator[Instance]]]] = {
     "BEST": ("h equals the physical best E allows (largest multiple of a below N every group can serve, tail keys up "
              "to ⌊N/u⌋·u); above it would be unsafe", iterate_best),
     "RESEND": ("an identical resend hits ⌊(P−1)/a⌋·a, with EAGLE max(⌊P/a⌋·a − a, 0) (every P ≤ 2L + 2u)",

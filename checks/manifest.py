@@ -471,10 +471,8 @@ class PropertyCheck:
         return tuple(range(CHUNKS))
 
     def run(self, part: Any, fast: bool) -> Part:
-        from kvspec.spec.invariants import compute_verdict_key
-
         from .adapters import format_explain_command
-        from .efficiency import PROPERTIES, _hit
+        from .efficiency import PROPERTIES, Memo
         from .exhaustive import iterate_geometries
         stride = self.sample * (FAST_SAMPLE if fast else 1)
         rows: dict[str, dict[str, Any]] = {rules: {"n": 0, "fails": 0, "above": 0, "bad": [], "seconds": 0.0}
@@ -482,17 +480,10 @@ class PropertyCheck:
         for i, g in enumerate(iterate_geometries(self.scope.dcps, self.scope.units, self.scope.max_q)):
             if i % stride or (i // stride) % CHUNKS != part:
                 continue
-            hits: dict[tuple[Any, ...], int] = {}  # this geometry's, under every rule set of the pass
-
-            def hit(sc: Any, hits: dict[tuple[Any, ...], int] = hits) -> int:
-                key = compute_verdict_key(sc)
-                if key not in hits:
-                    hits[key] = _hit(sc)
-                return hits[key]
-
+            memo = Memo()  # this geometry's, under every rule set of the pass
             for rules, r in rows.items():
                 t0 = time.perf_counter()
-                for inst in PROPERTIES[self.prop][1](g, rules, hit):
+                for inst in PROPERTIES[self.prop][1](g, rules, memo):
                     r["n"] += 1
                     r["above"] += inst.above_best
                     if not inst.holds:
