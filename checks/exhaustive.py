@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import attrs
@@ -20,6 +21,15 @@ MAX_Q = 4  # block sizes up to 4u
 def iterate_geometries(dcps: tuple[int, ...] = DCPS, units: tuple[int, ...] = UNITS,
                        max_q: int = MAX_Q) -> Iterator[Geometry]:
     """Yield every geometry of the scope: attention + Mamba, plus an equal-spec draft or a second Mamba group."""
+    return iter(_compute_geometries(dcps, units, max_q))
+
+
+@functools.lru_cache(maxsize=16)  # one object per geometry: the spec's memo tables then match keys by identity
+def _compute_geometries(dcps: tuple[int, ...], units: tuple[int, ...], max_q: int) -> tuple[Geometry, ...]:
+    return tuple(_generate_geometries(dcps, units, max_q))
+
+
+def _generate_geometries(dcps: tuple[int, ...], units: tuple[int, ...], max_q: int) -> Iterator[Geometry]:
     for d in dcps:
         for u in units:
             for qa in range(1, max_q + 1):
