@@ -26,10 +26,7 @@ def iterate_geometries(dcps: tuple[int, ...] = DCPS, units: tuple[int, ...] = UN
 
 @functools.lru_cache(maxsize=16)  # one object per geometry: the spec's memo tables then match keys by identity
 def _compute_geometries(dcps: tuple[int, ...], units: tuple[int, ...], max_q: int) -> tuple[Geometry, ...]:
-    return tuple(_generate_geometries(dcps, units, max_q))
-
-
-def _generate_geometries(dcps: tuple[int, ...], units: tuple[int, ...], max_q: int) -> Iterator[Geometry]:
+    out = []
     for d in dcps:
         for u in units:
             for qa in range(1, max_q + 1):
@@ -40,8 +37,9 @@ def _generate_geometries(dcps: tuple[int, ...], units: tuple[int, ...], max_q: i
                             mam = Group(kind="mamba", block_size=qm * u)
                             shapes = [(att, mam), (Group(kind="attention", block_size=qa * u), att, mam)]
                             shapes.append((att, mam, Group(kind="mamba", block_size=(qm % max_q + 1) * u)))
-                            for gs in shapes:
-                                yield Geometry(unit=u, groups=gs, parallel=Parallel(dcp=d), retention=ret)
+                            out += [Geometry(unit=u, groups=gs, parallel=Parallel(dcp=d), retention=ret)
+                                    for gs in shapes]
+    return tuple(out)
 
 
 def compute_lengths(g: Geometry, limit_units: int) -> list[int]:

@@ -269,10 +269,10 @@ class ExhaustiveCheck(SharedPass):
                     if len(bad[i]) >= MAX_FAILURES:
                         break
                     key = compute_verdict_key(sc)
-                    verdict, fresh = verdicts.get(key), key not in verdicts
+                    fresh = key not in verdicts
                     if fresh:
-                        verdict = verdicts[key] = j.judge(sc, SPEC_STAGES)
-                    found = j.finish(sc, verdict)
+                        verdicts[key] = j.judge(sc, SPEC_STAGES)
+                    found = j.finish(sc, verdicts[key])
                     n[i] += found[0]
                     judged[i] += found[0] if fresh else 0
                     bad[i] += [{"violated": v, "scenario": repr(sc), **({"ok": ok} if ok is not None else {})}

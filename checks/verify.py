@@ -14,6 +14,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from .manifest import Check, Part, Row, compute_manifest
@@ -63,6 +64,18 @@ def _setup_worker() -> None:
     gc.set_threshold(GC_THRESHOLD, 10, 10)
 
 
+@contextlib.contextmanager
+def _rare_gc() -> Iterator[None]:
+    """Run the parts in this process as a worker runs them (_setup_worker), then give the caller its collector back."""
+    before = gc.get_threshold()
+    _setup_worker()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
 def collect(fast: bool = False, processes: int | None = None, progress: bool = False,
             only: tuple[str, ...] = (), full: bool = False) -> list[Row]:
     """Return the rows of the selected checks, in manifest order (the parts run on every core)."""
@@ -70,9 +83,7 @@ def collect(fast: bool = False, processes: int | None = None, progress: bool = F
     tasks = compute_tasks(fast, only, full)
     procs = processes or min(len(tasks), os.cpu_count() or 1)
     t0, results = time.perf_counter(), {}
-    if procs <= 1:
-        _setup_worker()
-    with mp.get_context("fork").Pool(procs, _setup_worker) if procs > 1 else contextlib.nullcontext() as pool:
+    with mp.get_context("fork").Pool(procs, _setup_worker) if procs > 1 else _rare_gc() as pool:
         for n, (task, part) in enumerate(pool.imap_unordered(_run_task, tasks) if pool is not None
                                          else map(_run_task, tasks), start=1):
             results[task[:2]] = part

@@ -374,14 +374,10 @@ def compute_shared_violations(witness: Witness, shared: int) -> tuple[str, ...]:
 
 
 def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
-    """Return the ids of the scenario invariants (and structural rules) an evaluated scenario violates."""
+    """Return the ids of the scenario invariants (and structural rules) an evaluated scenario violates: those of
+    compute_keyed_violations, then those reading the shared prefix."""
     w, bad = compute_keyed_violations(scenario, outcome)
-    return _in_registry_order(bad + compute_shared_violations(w, compute_shared(scenario)))
-
-
-def _in_registry_order(ids: tuple[str, ...]) -> tuple[str, ...]:
-    order = {inv.id: k for k, inv in enumerate(REGISTRY)}
-    return tuple(sorted(ids, key=lambda i: order.get(i, len(order))))
+    return bad + compute_shared_violations(w, compute_shared(scenario))
 
 
 def compute_verdict_key(scenario: Scenario) -> tuple[Any, ...]:
