@@ -8,6 +8,7 @@ with a SpecError naming the rule.  Each limit is far above any deployed engine.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from .errors import SpecError
@@ -35,6 +36,7 @@ def check_count(value: int, limit: int, rule: str, what: str) -> None:
         raise SpecError(rule, f"{what} {value} exceeds the limit {limit} (spec/limits.py)")
 
 
+@functools.lru_cache(maxsize=4096)  # every scenario's validation asks it; a scope asks few distinct ones
 def compute_shard_bound(dcp: int, spans: tuple[int, ...], longest: int, requests: int, objects: int) -> int:
     """Return D * (requests * sum_g (ceil(longest / s_g) + 2) + objects), the shards a scenario can name."""
     return dcp * (max(requests, 1) * sum(math.ceil(longest / s) + 2 for s in spans) + objects)

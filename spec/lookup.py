@@ -203,17 +203,26 @@ def compute_lookup(geometry: Geometry, present: frozenset[Obj], prompt: Tokens,
     return LookupResult(hit_length=hit2, bound=bound2, rederived=True, steps=steps + steps2)
 
 
-def is_attention_servable(geometry: Geometry, span: Tokens, have: frozenset[Boundary], h: Tokens, bound: Tokens) -> bool:
-    """Return whether an attention group can load [0, h): every full block below h stored and, unless h ends one, a
-    stored unit boundary in [h, min(the end of h's block, bound)] (fine mode)."""
-    if h <= 0:
-        return True
-    if any(k * span not in have for k in range(1, h // span + 1)):
-        return False
-    if h % span == 0:
-        return True
-    top = min(-(-h // span) * span, bound)
-    return is_fine(geometry) and any(h <= t <= top and t % geometry.unit == 0 for t in have)
+def compute_full_run(have: frozenset[Boundary], span: Tokens) -> int:
+    """Return the number of full blocks stored from the start: the largest k with j·s ∈ have for every 1 <= j <= k."""
+    k = 0
+    while (k + 1) * span in have:
+        k += 1
+    return k
+
+
+def compute_serve_boundary(have: frozenset[Boundary], unit: int, span: Tokens, x: Tokens, top: Tokens) -> int:
+    """Return the smallest stored unit boundary in [x, min(⌈x/s⌉·s, top)], the key serving a hit of x tokens inside
+    its block (-1 if none)."""
+    end = min(-(-x // span) * span, top)
+    return min((t for t in have if x <= t <= end and t % unit == 0), default=-1)
+
+
+def is_attention_servable(unit: int, span: Tokens, have: frozenset[Boundary], run: int, x: Tokens,
+                          top: Tokens) -> bool:
+    """Return whether an attention group can load [0, x): its full blocks below x stored (⌊x/s⌋ <= run) and, unless
+    x ends one, a stored unit boundary in [x, min(the end of x's block, top)] (fine mode: s ∤ x only happens there)."""
+    return x <= 0 or (x // span <= run and (x % span == 0 or compute_serve_boundary(have, unit, span, x, top) >= 0))
 
 
 def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens, top: Tokens | None = None) -> Tokens:
@@ -221,7 +230,7 @@ def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens, 
     spec group can serve h and an EAGLE one can serve h + min(a, s) (the drop), with tail keys up to `top` (default
     the bound), searched from the top (0 if none)."""
     top = bound if top is None else top
-    a = compute_alignment(geometry)
+    a, u = compute_alignment(geometry), geometry.unit
     groups = compute_spec_groups(geometry)
     have = [compute_group_present(present, sg.members) for sg in groups]
     states = [hv for sg, hv in zip(groups, have) if sg.kind == "mamba"]
@@ -229,11 +238,13 @@ def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens, 
     cands: Iterable[int] = (range(bound // a * a, 0, -a) if not states else
                             sorted((t for t in frozenset.intersection(*states) if 0 < t <= bound and t % a == 0),
                                    reverse=True))
-    attention = [(compute_span(geometry, sg.members[0]), hv, sg.eagle) for sg, hv in zip(groups, have)
-                 if sg.kind == "attention"]
+    attention = []
+    for sg, hv in zip(groups, have):
+        if sg.kind == "attention":
+            span = compute_span(geometry, sg.members[0])
+            attention.append((span, hv, compute_full_run(hv, span), min(a, span) if sg.eagle else 0))
     for h in cands:
-        if all(is_attention_servable(geometry, span, hv, Tokens(h + (min(a, span) if eagle else 0)), top)
-               for span, hv, eagle in attention):
+        if all(is_attention_servable(u, span, hv, run, Tokens(h + peek), top) for span, hv, run, peek in attention):
             return Tokens(h)
     return Tokens(0)
 

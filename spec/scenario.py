@@ -144,13 +144,18 @@ def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozense
     return _compute_stored(scenario, stages)  # one memo key however it is called (default or explicit stages)
 
 
-@functools.lru_cache(maxsize=256)  # the evaluation and the witness's own E both read it
 def _compute_stored(scenario: Scenario, stages: Stages) -> frozenset[Obj]:
     if scenario.objects is not None:
         return scenario.objects
-    g, rules = scenario.geometry, get_rules(scenario.rules)
+    return _compute_stored_of(scenario.geometry, scenario.rules, scenario.stored, stages)
+
+
+@functools.lru_cache(maxsize=1024)  # one set per stored setup: the lookups of every N and eviction share it
+def _compute_stored_of(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
+                       stages: Stages) -> frozenset[Obj]:
+    rules = get_rules(rules_name)
     return frozenset().union(*(compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared),
-                                               rules.lookahead) for r in scenario.stored))
+                                               rules.lookahead) for r in stored))
 
 
 def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[RankObj]:
@@ -166,7 +171,13 @@ def compute_scenario_present(scenario: Scenario, stages: Stages = SPEC_STAGES) -
 @functools.lru_cache(maxsize=256)  # the verdict key, the evaluation and the witness all read it
 def _compute_scenario_present(scenario: Scenario, stages: Stages) -> frozenset[Obj]:
     g = compute_rule_geometry(get_rules(scenario.rules), scenario.geometry)
-    return stages.present(g, compute_stored(scenario, stages), scenario.evicted)
+    return _compute_present_of(g, compute_stored(scenario, stages), scenario.evicted, stages)
+
+
+@functools.lru_cache(maxsize=1024)  # scenarios that differ only in N share E, the same set object for the lookup's memos
+def _compute_present_of(g: Geometry, stored: frozenset[Obj], evicted: frozenset[RankObj],
+                        stages: Stages) -> frozenset[Obj]:
+    return stages.present(g, stored, evicted)
 
 
 def compute_scenario_lookup(scenario: Scenario, stages: Stages = SPEC_STAGES) -> tuple[Geometry, frozenset[Obj],
