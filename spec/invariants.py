@@ -27,6 +27,7 @@ import attrs
 from .content import KIND_ATTENTION, KIND_MAMBA, compute_dependency_end_of
 from .geometry import Geometry, compute_alignment, compute_span
 from .lookup import compute_best_hit, compute_group_present, compute_lookup, compute_tail_block
+from .ops import IntOps
 from .rules import compute_rule_geometry, get_rules
 from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_scenario_present
 from .store import Obj
@@ -355,22 +356,23 @@ def get_invariant(inv_id: str) -> Invariant:
     raise KeyError(inv_id)
 
 
+# the scenario and maximal predicates judged once per verdict key, and those judged per scenario (the shared prefix)
+_KEYED = tuple((inv.id, inv.predicate) for inv in REGISTRY if inv.kind in ("scenario", "maximal") and not inv.reads_shared)
+_SHARED = tuple((inv.id, inv.predicate) for inv in REGISTRY if inv.reads_shared)
+_FAILURE = tuple((inv.id, inv.predicate) for inv in REGISTRY if inv.kind == "failure")
+
+
 def compute_keyed_violations(scenario: Scenario, outcome: Outcome) -> tuple[Witness, tuple[str, ...]]:
     """Return (the witness, the ids of the invariants it violates that do not read the shared prefix, and I-21)."""
-    from .ops import IntOps
-
     w = compute_witness(scenario, outcome)
-    bad = [inv.id for inv in REGISTRY if inv.kind in ("scenario", "maximal") and not inv.reads_shared
-           and not inv.predicate(IntOps, w)]
-    return w, tuple(bad) + compute_plan_violations(scenario, outcome)
+    bad = tuple(inv_id for inv_id, predicate in _KEYED if not predicate(IntOps, w))
+    return w, bad + compute_plan_violations(scenario, outcome)
 
 
 def compute_shared_violations(witness: Witness, shared: int) -> tuple[str, ...]:
     """Return the ids of the invariants reading the shared prefix that the witness violates with that prefix."""
-    from .ops import IntOps
-
     w = witness if witness.shared == shared else attrs.evolve(witness, shared=shared)
-    return tuple(inv.id for inv in REGISTRY if inv.reads_shared and not inv.predicate(IntOps, w))
+    return tuple(inv_id for inv_id, predicate in _SHARED if not predicate(IntOps, w))
 
 
 def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
@@ -437,7 +439,5 @@ def compute_retry_hit(geometry: Geometry, present: frozenset[Obj], prompt: Token
 def compute_failure_violations(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...],
                                stages: Stages = SPEC_STAGES) -> tuple[str, ...]:
     """Return the ids of the failure-closure invariants a load result violates."""
-    from .ops import IntOps
-
     w = compute_failure_witness(scenario, outcome, ok, stages)
-    return tuple(inv.id for inv in REGISTRY if inv.kind == "failure" and not inv.predicate(IntOps, w))
+    return tuple(inv_id for inv_id, predicate in _FAILURE if not predicate(IntOps, w))
