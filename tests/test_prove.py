@@ -227,14 +227,14 @@ def test_retry_lemma_fails_for_an_uncapped_retry(monkeypatch):
 
 def test_resend_theorems():
     """What an identical resend hits, per rule set: refuted under the PR's rules (a counterexample that replays on the
-    executable spec: the resend hits less than its best), proved under hash lookahead; vLLM 0.33.0's proof is in
-    make verify-full only."""
+    executable spec: the resend hits less than its best), proved under hash lookahead; vLLM 0.33.0's proof (≈7 s on
+    a quiet machine) is proved by make verify like the others, not here."""
     from kvspec.checks.closed_form import Params
     from kvspec.checks.link import build_scenario
     from kvspec.spec.lookup import compute_resend_best
     from kvspec.spec.scenario import evaluate_scenario
     names = {t.name: t for t in compute_theorems()}
-    assert names["RESEND/z3@vllm-0.33.0"].full_only and not names["RESEND/z3"].full_only
+    assert not any(names[f"RESEND/z3{at}"].full_only for at in ("", "@vllm-0.33.0", "@vllm-0.33.0-lookahead"))
     v = prove(names["RESEND/z3"])
     assert v.answer == "refuted" and v.ok, v
     x = Params(**{k: v.model[k] for k in ("u", "q", "d", "e", "dense", "p", "n", "s_shared")})
