@@ -211,18 +211,14 @@ def compute_full_run(have: frozenset[Boundary], span: Tokens) -> int:
     return k
 
 
-def compute_serve_boundary(have: frozenset[Boundary], unit: int, span: Tokens, x: Tokens, top: Tokens) -> int:
-    """Return the smallest stored unit boundary in [x, min(⌈x/s⌉·s, top)], the key serving a hit of x tokens inside
-    its block (-1 if none)."""
-    end = min(-(-x // span) * span, top)
-    return min((t for t in have if x <= t <= end and t % unit == 0), default=-1)
-
-
 def is_attention_servable(unit: int, span: Tokens, have: frozenset[Boundary], run: int, x: Tokens,
                           top: Tokens) -> bool:
     """Return whether an attention group can load [0, x): its full blocks below x stored (⌊x/s⌋ <= run) and, unless
     x ends one, a stored unit boundary in [x, min(the end of x's block, top)] (fine mode: s ∤ x only happens there)."""
-    return x <= 0 or (x // span <= run and (x % span == 0 or compute_serve_boundary(have, unit, span, x, top) >= 0))
+    if x <= 0 or x % span == 0:
+        return x // span <= run
+    end = min(-(-x // span) * span, top)
+    return x // span <= run and any(x <= t <= end and t % unit == 0 for t in have)
 
 
 def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens, top: Tokens | None = None) -> Tokens:
