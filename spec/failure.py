@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .geometry import Geometry, compute_alignment, compute_group_ids
+from .lookup import compute_group_present
 from .plan import LoadEntry
 from .store import Obj
 from .types import GroupId, Tokens
@@ -49,8 +50,7 @@ def compute_safe_boundary(geometry: Geometry, present: frozenset[Obj], hit: Toke
     if cap >= hit and mamba_loaded:
         return hit
     # fall back to a lower boundary where every Mamba group has a stored state (a retry loads it)
-    common = set.intersection(*({t for g, t in present if g == m} for m in mamba))
-    lower = [t for t in common if t < hit and t <= cap and t % a == 0]
+    lower = [t for t in compute_group_present(present, mamba) if t < hit and t <= cap and t % a == 0]
     return Tokens(max(lower, default=0))
 
 

@@ -25,7 +25,8 @@ from typing import Any
 import attrs
 
 from .content import KIND_ATTENTION, KIND_MAMBA, compute_dependency_end_of
-from .geometry import Geometry, compute_alignment, compute_span
+from .failure import compute_loaded_prefix
+from .geometry import Geometry, compute_alignment, compute_group_ids, compute_span
 from .lookup import compute_best_hit, compute_group_present, compute_lookup, compute_tail_block
 from .ops import IntOps
 from .rules import compute_rule_geometry, get_rules
@@ -411,21 +412,19 @@ def compute_plan_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, 
 def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...],
                             stages: Stages = SPEC_STAGES) -> FailureWitness:
     """Return the failure witness of a load whose per-block results are `ok` (closure rules from `stages`)."""
-    from .failure import compute_loaded_prefix
-    from .geometry import compute_group_ids
-
     rules = get_rules(scenario.rules)
     g, h, present = compute_rule_geometry(rules, scenario.geometry), outcome.hit_length, outcome.present
     safe = stages.safe(g, present, h, outcome.load, ok)
     mambas = compute_group_ids(g, "mamba")
-    cap = stages.retry(0 if all(ok) else 1, safe)
+    all_ok = all(ok)
+    cap = stages.retry(0 if all_ok else 1, safe)
     retry = (compute_retry_hit(g, present, Tokens(scenario.prompt), cap, rules.lookahead)
              if cap is not None else h)  # the rule set's own lookup, capped
     return FailureWitness(
-        alignment=compute_alignment(g), hit=h, safe=safe, all_ok=all(ok),
+        alignment=compute_alignment(g), hit=h, safe=safe, all_ok=all_ok,
         attention_loaded=tuple(compute_loaded_prefix(g, a, h, outcome.load, ok)
                                for a in compute_group_ids(g, "attention")),
-        mamba_has=lambda t: all((m, t) in present for m in mambas),
+        mamba_has=compute_group_present(present, mambas).__contains__ if mambas else lambda t: True,
         mamba_loaded=all(good for e, good in zip(outcome.load, ok) if e.group in mambas),
         has_mamba=bool(mambas), retry_hit=retry)
 
