@@ -159,20 +159,25 @@ Found = tuple[int, list[tuple[list[str], list[bool] | None]]]  # (inputs judged,
 
 
 def _judge_registry(sc: Any, stages: Any) -> Any:
-    """Return (witness, violated ids) of one scenario judged by the registry (but the invariants reading the shared
-    prefix) and I-21; an evaluation error is a violation."""
+    """Return (witness, violated ids, {shared prefix: violated ids}) of one scenario judged by the registry (but the
+    invariants reading the shared prefix, filled in per prefix by _finish_registry) and I-21; an evaluation error is a
+    violation."""
     from kvspec.spec.invariants import compute_keyed_violations
     from kvspec.spec.scenario import evaluate_scenario
     out = evaluate_scenario(sc, stages)
     w, v = compute_keyed_violations(sc, out)
-    return w, v + (("error",) if out.error is not None else ())
+    return w, v + (("error",) if out.error is not None else ()), {}
 
 
 def _finish_registry(sc: Any, verdict: Any) -> Found:
-    """Return what the registry found in one scenario: its verdict and the invariants reading its shared prefix."""
+    """Return what the registry found in one scenario: its verdict and the invariants reading its shared prefix (judged
+    once per prefix of a verdict)."""
     from kvspec.spec.invariants import compute_shared, compute_shared_violations
-    w, v = verdict
-    v += compute_shared_violations(w, compute_shared(sc))
+    w, v, by_shared = verdict
+    shared = compute_shared(sc)
+    if shared not in by_shared:
+        by_shared[shared] = v + compute_shared_violations(w, shared)
+    v = by_shared[shared]
     return 1, ([(list(v), None)] if v else [])
 
 

@@ -105,9 +105,9 @@ def _no_rederive_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookahe
     a = compute_alignment(g)
     bound = Tokens(max(n - lookahead, 0) // a * a)
     if bound <= 0:
-        return LookupResult(hit_length=Tokens(0), bound=bound, rederived=False, steps=())
+        return LookupResult(hit_length=Tokens(0), bound=bound, rederived=False, trace=())
     hit, steps = compute_fixed_point(g, present, bound)
-    return LookupResult(hit_length=hit, bound=bound, rederived=False, steps=steps)
+    return LookupResult(hit_length=hit, bound=bound, rederived=False, trace=steps)
 
 
 def _tails_picking(g: Geometry, present: frozenset[Obj], h: Tokens, pick: Any) -> Any:

@@ -44,6 +44,11 @@ class LookupStep:
     result: Tokens
 
 
+# one finder evaluation as the fixed point records it: LookupStep's fields in order (a plain tuple: the exhaustive runs
+# evaluate millions of lookups and read no trace, `kvspec explain` reads LookupResult.steps)
+StepRecord = tuple[int, int, int, tuple[GroupId, ...], str, Tokens, Tokens, bool, Tokens]
+
+
 @attrs.frozen(kw_only=True)
 class LookupResult:
     """The hit length h and how it was reached."""
@@ -51,7 +56,13 @@ class LookupResult:
     hit_length: Tokens
     bound: Tokens
     rederived: bool
-    steps: tuple[LookupStep, ...]
+    trace: tuple[StepRecord, ...]
+
+    @property
+    def steps(self) -> tuple[LookupStep, ...]:
+        """Return the trace as LookupStep values, in evaluation order."""
+        return tuple(LookupStep(round=r, pass_no=p, spec_group=i, members=m, action=a, bound=b, search_bound=sb,
+                                eagle_drop=d, result=x) for r, p, i, m, a, b, sb, d, x in self.trace)
 
 
 @functools.lru_cache(maxsize=4096)  # pure over a frozen value: memoized for exhaustive runs
@@ -138,17 +149,16 @@ FINDERS: Mapping[str, Finder] = {"attention": run_attention_finder, "mamba": run
 
 
 def compute_fixed_point(geometry: Geometry, present: frozenset[Obj], max_len: Tokens, round_no: int = 0,
-                        finders: Mapping[str, Finder] = FINDERS) -> tuple[Tokens, tuple[LookupStep, ...]]:
+                        finders: Mapping[str, Finder] = FINDERS) -> tuple[Tokens, tuple[StepRecord, ...]]:
     """Return the length every spec group accepts, starting from max_len, and the trace."""
     groups = compute_spec_groups(geometry)
     have = [compute_group_present(present, sg.members) for sg in groups]
-    steps: list[LookupStep] = []
+    steps: list[StepRecord] = []
 
     def run(idx: int, cur: Tokens, drop: bool, pass_no: int) -> Tokens:
         sg = groups[idx]
         search, new = finders[sg.kind](geometry, sg, have[idx], cur, max_len, drop)
-        steps.append(LookupStep(round=round_no, pass_no=pass_no, spec_group=idx, members=sg.members,
-                                action="find", bound=cur, search_bound=search, eagle_drop=drop, result=new))
+        steps.append((round_no, pass_no, idx, sg.members, "find", cur, search, drop, new))
         return new
 
     if len(groups) == 1:
@@ -165,8 +175,7 @@ def compute_fixed_point(geometry: Geometry, present: frozenset[Obj], max_len: To
         for idx, sg in enumerate(groups):
             if sg.kind == "attention" and idx in cached:
                 cur = Tokens(min(cur, cached[idx]))
-                steps.append(LookupStep(round=round_no, pass_no=pass_no, spec_group=idx, members=sg.members,
-                                        action="cap", bound=cur, search_bound=cur, eagle_drop=False, result=cur))
+                steps.append((round_no, pass_no, idx, sg.members, "cap", cur, cur, False, cur))
                 continue
             drop = sg.kind == "attention" and sg.eagle and idx not in verified
             new = run(idx, cur, drop, pass_no)
@@ -192,15 +201,15 @@ def compute_lookup(geometry: Geometry, present: frozenset[Obj], prompt: Tokens,
     a = compute_alignment(geometry)
     bound = Tokens(max(min(prompt - lookahead, cap if cap is not None else prompt), 0) // a * a)
     if bound <= 0:
-        return LookupResult(hit_length=Tokens(0), bound=bound, rederived=False, steps=())
+        return LookupResult(hit_length=Tokens(0), bound=bound, rederived=False, trace=())
     hit, steps = compute_fixed_point(geometry, present, bound, finders=finders)
     if hit < prompt:
-        return LookupResult(hit_length=hit, bound=bound, rederived=False, steps=steps)
+        return LookupResult(hit_length=hit, bound=bound, rederived=False, trace=steps)
     bound2 = Tokens((prompt - 1) // a * a)
     if bound2 <= 0:
-        return LookupResult(hit_length=Tokens(0), bound=bound2, rederived=True, steps=steps)
+        return LookupResult(hit_length=Tokens(0), bound=bound2, rederived=True, trace=steps)
     hit2, steps2 = compute_fixed_point(geometry, present, bound2, round_no=1, finders=finders)
-    return LookupResult(hit_length=hit2, bound=bound2, rederived=True, steps=steps + steps2)
+    return LookupResult(hit_length=hit2, bound=bound2, rederived=True, trace=steps + steps2)
 
 
 def compute_full_run(have: frozenset[Boundary], span: Tokens) -> int:
