@@ -280,8 +280,9 @@ class ExhaustiveCheck(SharedPass):
                     found = j.finish(sc, verdicts[key])
                     n[i] += found[0]
                     judged[i] += found[0] if fresh else 0
-                    bad[i] += [{"violated": v, "scenario": repr(sc), **({"ok": ok} if ok is not None else {})}
-                               for v, ok in found[1]]
+                    if found[1]:
+                        bad[i] += [{"violated": v, "scenario": repr(sc), **({"ok": ok} if ok is not None else {})}
+                                   for v, ok in found[1]]
                 secs[i] += time.perf_counter() - t0
         per_row = [{"n": n[i], "judged": judged[i], "bad": bad[i], "seconds": secs[i]} for i in range(k)]
         return _pass_part(per_row, per_row)

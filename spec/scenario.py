@@ -47,6 +47,8 @@ RESULT_VERSION = 3  # 2: "rules" (a rule set name) replaces "rule"; 3: the input
 
 
 def _int(x: object, what: str, lo: int = 0, rule: str = RULE_SCENARIO) -> int:
+    if type(x) is int and x >= lo:  # the common case, one test (bool is a subclass of int, not int itself)
+        return x
     if not isinstance(x, int) or isinstance(x, bool):
         raise SpecError(rule, f"{what} must be an integer, got {x!r}")
     if x < lo:
@@ -154,8 +156,8 @@ def _compute_stored(scenario: Scenario, stages: Stages) -> frozenset[Obj]:
 def _compute_stored_of(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
                        stages: Stages) -> frozenset[Obj]:
     rules = get_rules(rules_name)
-    return frozenset().union(*(compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared),
-                                               rules.lookahead) for r in stored))
+    sets = [compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared), rules.lookahead) for r in stored]
+    return sets[0] if len(sets) == 1 else frozenset().union(*sets)
 
 
 def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[RankObj]:
