@@ -79,6 +79,7 @@ class Z3Ops:
         self.bounded: list[Any] = []
         self._fresh = 0
         self._quotients: dict[tuple[int, int], tuple[Any, Any]] = {}
+        self._defined_free: dict[int, frozenset[str]] = {}  # a definition's id -> its free names
 
     def _define(self, names: tuple[Any, ...], constraint: Any, guard: Any = None) -> None:
         guarded = constraint if guard is None else self.z3.Implies(guard, constraint)
@@ -116,12 +117,20 @@ class Z3Ops:
             for defined, c, guarded in pending:
                 if names.intersection(defined) and not opaque.intersection(defined):
                     picked.append((c, guarded))
-                    names |= self.compute_free(c)
+                    names |= self._compute_defined_free(c)
                     changed = True
                 else:
                     rest.append((defined, c, guarded))
             pending = rest
         return [c for c, _ in picked], [g for _, g in picked]
+
+    def _compute_defined_free(self, definition: Any) -> frozenset[str]:
+        """Return compute_free of one of the context's definitions, walked once per theorem (every query's cone reads
+        the same definitions; they live as long as the context, so their ids are never reused)."""
+        k = definition.get_id()
+        if k not in self._defined_free:
+            self._defined_free[k] = frozenset(self.compute_free(definition))
+        return self._defined_free[k]
 
     def compute_product_lemmas(self, *roots: Any) -> list[Any]:
         """Return ground instances of order facts for every product x·f in roots (valid for all integers).
