@@ -143,10 +143,6 @@ class Outcome:
 
 def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[Obj]:
     """Return every object the lookup request can name (each written by every rank), before evictions."""
-    return _compute_stored(scenario, stages)  # one memo key however it is called (default or explicit stages)
-
-
-def _compute_stored(scenario: Scenario, stages: Stages) -> frozenset[Obj]:
     if scenario.objects is not None:
         return scenario.objects
     return _compute_stored_of(scenario.geometry, scenario.rules, scenario.stored, stages)
