@@ -22,7 +22,12 @@ from .manifest import Check, Part, Row, compute_manifest
 
 def _selected(fast: bool, full: bool, only: tuple[str, ...] = ()) -> list[Check]:
     import fnmatch
-    checks = [c for c in compute_manifest(full) if c.fast or not fast]
+    manifest = compute_manifest(full)
+    unmatched = [pat for pat in only if not any(fnmatch.fnmatchcase(r, pat) for c in manifest for r in c.row_ids)]
+    if unmatched:  # a mistyped id beside good ones must not pass as a run that checked it
+        from kvspec.spec.errors import SpecError
+        raise SpecError("verify-only", f"no check matches {' '.join(unmatched)} (kvspec verify --list shows the ids)")
+    checks = [c for c in manifest if c.fast or not fast]
     if only:
         checks = [c for c in checks if any(fnmatch.fnmatchcase(r, pat) for r in c.row_ids for pat in only)]
     return checks

@@ -51,6 +51,11 @@ def test_verify_only_list_and_junit(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["verify", "--only", "NO-SUCH-CHECK"])
     assert exc.value.code == 2 and "verify-only" in capsys.readouterr().err
+    for args in (["--only", "I-6", "NO-SUCH-CHECK"], ["--list", "--only", "I-6", "NO-SUCH-*"]):  # one good id beside
+        with pytest.raises(SystemExit) as exc:
+            main(["verify", *args])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "verify-only: no check matches NO-SUCH-" in err and "I-6" not in err
 
 
 def test_a_row_that_checked_nothing_fails():
