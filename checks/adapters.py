@@ -1,32 +1,41 @@
 """Engine adapters: the small protocol an engine implements so `kvspec conform --adapter` can check it.
 
-An adapter answers four questions about one geometry, in tokens, the way the engine would:
+An adapter answers three questions about one geometry under one rule set (its name, e.g. ``vllm-0.33.0``;
+``kvspec.spec.rules.get_rules(rules)`` has its data: λ, store rule, tail rule), in tokens, the way the
+engine would (docs/porting.md):
 
-* ``store_objects(geometry, prompt)`` — the (group, boundary) objects one request of P tokens stores;
-* ``lookup(geometry, present, prompt)`` — the hit length and each group's tail boundary, given the
+* ``store_objects(geometry, prompt, rules)`` — the (group, boundary) objects one request of P tokens stores;
+* ``lookup(geometry, present, prompt, rules)`` — the hit length and each group's tail boundary, given the
   objects present on every rank (E) and the lookup request's length N;
-* ``load_plan(geometry, hit, tails)`` — the (group, block, key boundary) of every block it loads;
-* ``name`` — what the report calls it.
+* ``load_plan(geometry, hit, tails, present, rules)`` — the (group, block, key boundary) of every block it
+  loads (E is given for an engine that plans from what it saw; the spec's plan does not need it);
+* ``name`` — what the report calls it; optionally ``claims`` — the classes it supports, per axis of
+  checks/coverage.py (``{"dcp": [1, 2, 4, 8], "pcp": ["PCP=1"]}``; an axis left out: every value). The kit
+  runs only the claimed classes and fails a run that leaves a claimed class without a case.
 
-Adapters that ship: ``kvspec.checks.adapters:IMPL`` (kvspec's own implementation, impl/, vLLM 0.33.0's
-store rule), ``IMPL_PR53324`` (the same with the PR's store rule) and ``LEGACY`` (the tail keyed at the
-hit, the loader before vLLM PR #53324, which fails with its counterexample), and
-``kvspec.checks.vllm_oracle:VLLM`` (vLLM 0.33.0's own connector code, in ``.venv-vllm``). `kvspec conform
-vllm` (checks/conform.py) drives more of vLLM than this protocol asks (refusals, every rank's key strings).
-The porting guide (checks/README.md) shows an adapter in about 50 lines.
+Adapters that ship: ``kvspec.checks.adapters:IMPL`` (kvspec's implementation, impl/, following whatever
+rule set it is told), ``LEGACY`` (the tail keyed at the hit, the loader before vLLM PR #53324, which fails
+with its counterexample), ``kvspec.checks.vllm_oracle:VLLM`` (vLLM 0.33.0's own connector code, in
+``.venv-vllm``), and examples/adapter_minimal.py (a port written from the porting guide alone).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterable
+import importlib.util
+import sys
+import time
+import traceback
+from collections.abc import Collection, Iterable, Mapping
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry
+from kvspec.spec.rules import STORE_PR53324, TAIL_HIT, get_rules
 
 Obj = tuple[int, int]  # (group id, boundary t): the object keyed H_t of that group
 
@@ -37,80 +46,110 @@ class EngineAdapter(Protocol):
 
     name: str
 
-    def store_objects(self, geometry: Geometry, prompt: int) -> Iterable[Obj]: ...
+    def store_objects(self, geometry: Geometry, prompt: int, rules: str) -> Iterable[Obj]: ...
 
-    def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int) -> tuple[int, dict[int, int]]: ...
+    def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int,
+               rules: str) -> tuple[int, dict[int, int]]: ...
 
-    def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int]) -> list[tuple[int, int, int]]: ...
+    def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int], present: frozenset[Obj],
+                  rules: str) -> list[tuple[int, int, int]]: ...
 
 
 @attrs.frozen
 class ImplAdapter:
-    """kvspec's implementation (impl/): its store rule, its probe-minimizing lookup over E, its load plan."""
+    """kvspec's implementation (impl/): its store rule, its probe-minimizing lookup over E, its load plan, each
+    chosen from the rule set's data (store rule, tail rule, λ) unless fixed here."""
 
     name: str = "kvspec-impl"
-    legacy: bool = False  # key the tail block at the hit (the loader before #53324)
-    store_rule: str = "vllm-0.33.0"
-    lookahead: int = 0  # hash lookahead λ (the vllm-0.33.0-lookahead rule set: 1)
+    legacy: bool = False  # key the tail block at the hit (the loader before #53324), whatever the rule set says
+    store_rule: str | None = None  # fix the store rule ("pr53324" or "vllm-0.33.0"); None: the rule set's
 
-    def _engine(self, geometry: Geometry) -> Any:
+    def _store_rule(self, rules: str) -> str:
+        if self.store_rule is not None:
+            return self.store_rule
+        return "pr53324" if get_rules(rules).store == STORE_PR53324 else "vllm-0.33.0"
+
+    def _engine(self, geometry: Geometry, rules: str) -> Any:
         import torch
 
         from kvspec.impl.engine import RankEngine
-        return RankEngine(geometry, 0, None, torch.device("cpu"), store_rule=self.store_rule, lookahead=self.lookahead)
+        return RankEngine(geometry, 0, None, torch.device("cpu"), store_rule=self._store_rule(rules),
+                          lookahead=get_rules(rules).lookahead)
 
-    def store_objects(self, geometry: Geometry, prompt: int) -> Iterable[Obj]:
-        return self._engine(geometry).plan_objects(prompt) if prompt > 0 else []
+    def store_objects(self, geometry: Geometry, prompt: int, rules: str) -> Iterable[Obj]:
+        return self._engine(geometry, rules).plan_objects(prompt) if prompt > 0 else []
 
-    def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int) -> tuple[int, dict[int, int]]:
+    def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int,
+               rules: str) -> tuple[int, dict[int, int]]:
         from kvspec.impl.lookup import HybridLookup
-        hit, tails = HybridLookup(geometry, prompt, lookahead=self.lookahead).run(
-            lambda objs: {o for o in objs if o in present}, legacy=self.legacy)
+        hit, tails = HybridLookup(geometry, prompt, lookahead=get_rules(rules).lookahead).run(
+            lambda objs: {o for o in objs if o in present}, legacy=self.legacy or get_rules(rules).tail_key == TAIL_HIT)
         return hit, {int(g): int(t) for g, t in tails}
 
-    def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int]) -> list[tuple[int, int, int]]:
-        return [tuple(x) for x in self._engine(geometry).plan_load(hit, list(tails.items()))]
+    def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int], present: frozenset[Obj],
+                  rules: str) -> list[tuple[int, int, int]]:
+        return [tuple(x) for x in self._engine(geometry, rules).plan_load(hit, list(tails.items()))]
 
 
 IMPL = ImplAdapter()
-IMPL_PR53324 = ImplAdapter(name="kvspec-impl-pr53324", store_rule="pr53324")
-IMPL_LOOKAHEAD = ImplAdapter(name="kvspec-impl-lookahead", store_rule="vllm-0.33.0", lookahead=1)
 LEGACY = ImplAdapter(name="legacy-loader", legacy=True, store_rule="pr53324")
 
 
 def load_adapter(spec: str) -> EngineAdapter:
-    """Return the adapter named `module:object`; raise SpecError naming what is wrong."""
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise SpecError("adapter", f"--adapter takes module:object, got {spec!r}")
+    """Return the adapter `module:OBJECT` or `path/to/file.py:OBJECT`; raise SpecError naming what is wrong.
+
+    A module is imported with the current folder on the path (as `python -m` does); a file is loaded by path,
+    with its own folder on the path, so the command works from any folder."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise SpecError("adapter", f"--adapter takes MODULE:OBJECT or path/to/file.py:OBJECT, got {spec!r}")
     try:
-        obj = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise SpecError("adapter", f"cannot load {spec}: {type(exc).__name__}: {exc}") from None
+        if target.endswith(".py") or "/" in target:
+            path = Path(target).resolve()
+            if not path.is_file():
+                raise SpecError("adapter", f"--adapter {spec}: no file {target}")
+            sys.path.insert(0, str(path.parent))
+            mod_spec = importlib.util.spec_from_file_location(f"kvspec_adapter_{path.stem}", path)
+            assert mod_spec is not None and mod_spec.loader is not None
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.modules[mod_spec.name] = module
+            mod_spec.loader.exec_module(module)
+        else:
+            if "" not in sys.path and str(Path.cwd()) not in sys.path:
+                sys.path.insert(0, str(Path.cwd()))
+            module = importlib.import_module(target)
+        obj = getattr(module, attr)
+    except SpecError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the adapter's module raises on import is reported, with where
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" ({tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+        raise SpecError("adapter", f"cannot load {spec}: {type(exc).__name__}: {exc}{where}") from None
     if not isinstance(obj, EngineAdapter):
-        raise SpecError("adapter", f"{spec} lacks name, store_objects, lookup or load_plan (checks/adapters.py)")
+        raise SpecError("adapter", f"{spec} lacks name, store_objects, lookup or load_plan (docs/porting.md)")
     return obj
 
 
 # ---------------------------------------------------------------- running an adapter against the spec
 
 FIELDS = ("stored", "hit", "tails", "load_keys")
+SHOWN = 5  # disagreements the readable report prints (all are in --json)
 
 
 def compute_adapter_outcome(adapter: EngineAdapter, scenario: Any) -> dict[str, Any]:
     """Return what the adapter says for a scenario: E (from its own store rule), hit, tails, load keys."""
-    from kvspec.spec.rules import get_rules
-    g, lookahead = scenario.geometry, get_rules(scenario.rules).lookahead  # a key H_t names [0, t + λ)
+    g, rules = scenario.geometry, scenario.rules
+    lookahead = get_rules(rules).lookahead  # a key H_t names [0, t + λ)
     if scenario.objects is not None:
         stored = set(scenario.objects)
     else:
-        stored = {(int(x), int(t)) for r in scenario.stored for x, t in adapter.store_objects(g, r.prompt)
+        stored = {(int(x), int(t)) for r in scenario.stored for x, t in adapter.store_objects(g, r.prompt, rules)
                   if t + lookahead <= r.shared}
     present = frozenset(stored - {(int(x), int(t)) for x, t, _ in scenario.evicted})  # E: on every rank
-    hit, tails = adapter.lookup(g, present, scenario.prompt)
-    plan = adapter.load_plan(g, hit, tails) if hit > 0 else []
+    hit, tails = adapter.lookup(g, present, scenario.prompt, rules)
+    plan = adapter.load_plan(g, hit, tails, present, rules) if hit > 0 else []
     return {"stored": sorted(present), "hit": hit, "tails": sorted(tails.items()) if hit > 0 else [],
-            "load_keys": [tuple(x) for x in plan]}
+            "load_keys": sorted(tuple(int(v) for v in x) for x in plan)}
 
 
 def compute_spec_outcome(scenario: Any) -> dict[str, Any]:
@@ -119,17 +158,22 @@ def compute_spec_outcome(scenario: Any) -> dict[str, Any]:
     out = evaluate_scenario(scenario)
     return {"stored": sorted((int(x), int(t)) for x, t in out.present), "hit": int(out.hit_length),
             "tails": sorted((int(x), int(t)) for x, t in out.tails),
-            "load_keys": [(e.group, e.block, e.key_boundary) for e in out.load]}
+            "load_keys": sorted((e.group, e.block, e.key_boundary) for e in out.load)}
 
 
-def compare_adapter(adapter: EngineAdapter, scenario: Any) -> list[str]:
-    """Return the fields on which the adapter and the spec disagree for one scenario."""
+def compare_adapter(adapter: EngineAdapter, scenario: Any) -> dict[str, Any] | None:
+    """Return how the adapter disagrees with the spec on one scenario (None when it agrees): the fields, each
+    with the expected and the actual value, or the exception the adapter raised with its traceback."""
     try:
         got = compute_adapter_outcome(adapter, scenario)
-    except Exception as exc:  # noqa: BLE001 - an adapter that raises disagrees on everything
-        return [f"raised {type(exc).__name__}: {exc}"]
+    except Exception as exc:  # noqa: BLE001 - an adapter that raises disagrees on everything; its traceback is kept
+        return {"fields": ["raised"], "raised": f"{type(exc).__name__}: {exc}",
+                "traceback": "".join(traceback.format_exception(exc)[-12:])}
     want = compute_spec_outcome(scenario)
-    return [f for f in FIELDS if got[f] != want[f]]
+    bad = [f for f in FIELDS if got[f] != want[f]]
+    if not bad:
+        return None
+    return {"fields": bad, "expected": {f: want[f] for f in bad}, "actual": {f: got[f] for f in bad}}
 
 
 def format_explain_command(scenario: Any) -> str:
@@ -137,105 +181,252 @@ def format_explain_command(scenario: Any) -> str:
     g = scenario.geometry
     parts = ["kvspec explain", *(f"--group {gr.kind}:{gr.block_size}{':eagle' if gr.eagle else ''}" for gr in g.groups),
              f"--unit {g.unit}", f"--dcp {g.parallel.dcp}", f"--retention {g.retention}"]
+    if g.parallel.interleave != 1:
+        parts.append(f"--interleave {g.parallel.interleave}")
+    if g.parallel.pcp != 1:
+        parts.append(f"--pcp {g.parallel.pcp}")
     parts += [f"--stored {r.prompt}:{r.shared}" for r in scenario.stored]
     parts += [f"--evict {x}:{t}:{r}" for x, t, r in sorted(scenario.evicted)]
     return " ".join([*parts, f"--prompt {scenario.prompt}", f"--rules {scenario.rules}"])
 
 
+def _claimed(adapter: EngineAdapter) -> Mapping[str, Collection[str]]:
+    """Return the adapter's claims per axis as strings (no `claims`: every value of every axis)."""
+    from .coverage import AXES
+    raw = getattr(adapter, "claims", None) or {}
+    unknown = set(raw) - set(AXES)
+    if unknown:
+        raise SpecError("adapter-claims", f"{adapter.name} claims unknown axes {sorted(unknown)} (known: {AXES})")
+    out: dict[str, Collection[str]] = {}
+    for axis, values in raw.items():
+        vals = {str(v) for v in values}
+        if axis in ("interleave", "pcp"):  # booleans or the table's words
+            name = "I" if axis == "interleave" else "PCP"
+            vals = {f"{name}>1" if v in ("True", f"{name}>1", ">1") else f"{name}=1" for v in vals}
+        out[axis] = vals
+    return out
+
+
+def _in_claims(claims: Mapping[str, Collection[str]], values: Mapping[str, str]) -> bool:
+    return all(values[a] in vs for a, vs in claims.items())
+
+
+@attrs.define
+class Coverage:
+    """Cases run and disagreeing, per axis value, per boundary class, per class."""
+
+    axes: dict[str, dict[str, list[int]]] = attrs.Factory(dict)
+    boundary: dict[str, list[int]] = attrs.Factory(dict)
+    classes: dict[str, list[int]] = attrs.Factory(dict)
+
+    def add(self, scenario: Any, bad: bool) -> str:
+        from kvspec.spec.scenario import evaluate_scenario
+
+        from .coverage import classify, compute_boundary_classes
+        c = classify(scenario)
+        for axis, value in c.axis_values().items():
+            cell = self.axes.setdefault(axis, {}).setdefault(value, [0, 0])
+            cell[0] += 1
+            cell[1] += bad
+        for b in compute_boundary_classes(scenario, evaluate_scenario(scenario)):
+            cell = self.boundary.setdefault(b, [0, 0])
+            cell[0] += 1
+            cell[1] += bad
+        cell = self.classes.setdefault(c.label(), [0, 0])
+        cell[0] += 1
+        cell[1] += bad
+        return c.label()
+
+
 def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 300, seed: int = 0) -> dict[str, Any]:
-    """Run the explain vectors of a rule set, then a Hypothesis search, against an adapter; return the report.
+    """Run the explain vectors of a rule set, then a Hypothesis search over the claimed classes, against an
+    adapter; return the report (coverage table, disagreements with expected vs actual, uncovered claims).
 
     A disagreement found by the search is shrunk by Hypothesis to a minimal scenario and reported as a
     runnable `kvspec explain` command.
     """
-    import time
+    try:
+        import hypothesis
+        from hypothesis import HealthCheck, given, settings
+        from hypothesis import strategies as st
+    except ImportError as exc:
+        raise SpecError("conform-deps", f"kvspec conform --adapter needs hypothesis ({exc}): "
+                                        "pip install 'kvspec[conform]'") from None
 
-    import hypothesis
-    from hypothesis import HealthCheck, given, settings
+    from kvspec.spec.scenario import decode_scenario, encode_scenario
 
-    from kvspec.spec.scenario import decode_scenario
+    from .coverage import CLASSES, HypothesisDraw, compute_class_scenarios, draw_scenario
 
     t0 = time.perf_counter()
-    cases = [decode_scenario(inp) for inp in iterate_vector_inputs(rules) if "stored" not in inp]
-    vector_bad = []
-    for sc in cases:
-        fields = compare_adapter(adapter, sc)
-        if fields:
-            vector_bad.append({"fields": fields, "command": format_explain_command(sc)})
-    found: list[Any] = []
+    claims = _claimed(adapter)
+    cov = Coverage()
+    bad: list[dict[str, Any]] = []
+    run = skipped = 0
+    for path, inp in iterate_vector_inputs(rules):
+        sc = decode_scenario(inp)
+        from .coverage import classify
+        if not _in_claims(claims, classify(sc).axis_values()):
+            skipped += 1
+            continue
+        run += 1
+        diff = compare_adapter(adapter, sc)
+        label = cov.add(sc, diff is not None)
+        if diff is not None:
+            bad.append({"source": "vector", "vector": path, "class": label, **diff,
+                        "command": format_explain_command(sc), "input": encode_scenario(sc)})
+    # the classes this rule set can express, within the claims: the search draws from them
+    expressible = [c for c in CLASSES if _in_claims(claims, c.axis_values())
+                   and compute_class_scenarios(c, rules, count=1)]
+    found: list[tuple[Any, dict[str, Any]]] = []
+    searched = [0]
+
+    @st.composite
+    def scenarios(d: Any) -> Any:
+        draw = HypothesisDraw(d)
+        sc = draw_scenario(draw, draw.choice(expressible), rules)
+        hypothesis.assume(sc is not None)
+        return sc
 
     @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @hypothesis.seed(seed)
-    @given(scenario_strategy(rules))
+    @given(scenarios())
     def search(sc: Any) -> None:
-        fields = compare_adapter(adapter, sc)
-        if fields:
-            found[:] = [(sc, fields)]
-            raise AssertionError(fields)
+        diff = compare_adapter(adapter, sc)
+        if diff is not None:
+            found[:] = [(sc, diff)]
+            raise AssertionError(diff["fields"])
+        if not found:  # scenarios run before the first disagreement (not the shrinker's replays) count as covered
+            searched[0] += 1
+            cov.add(sc, False)
 
-    with contextlib.suppress(AssertionError):
-        search()
-    shrunk = [{"fields": f, "command": format_explain_command(sc)} for sc, f in found]
-    return {"adapter": adapter.name, "rules": rules, "vectors": len(cases), "vector_disagreements": vector_bad,
-            "searched": examples, "search_disagreement": shrunk[0] if shrunk else None,
-            "ok": not vector_bad and not shrunk, "seconds": round(time.perf_counter() - t0, 2)}
+    if expressible and examples > 0:
+        with contextlib.suppress(AssertionError):
+            search()
+    shrunk = None
+    if found:
+        sc, diff = found[0]
+        label = cov.add(sc, True)
+        shrunk = {"source": "search", "class": label, **diff, "command": format_explain_command(sc),
+                  "input": encode_scenario(sc)}
+    uncovered = _uncovered_claims(claims, cov, rules)
+    n_bad = len(bad) + (shrunk is not None)
+    common = sorted(b for b, (n, k) in cov.boundary.items() if n_bad and k == n_bad and n > k)
+    failing_axes = {axis: sorted(v for v, (n, b) in vals.items() if b) for axis, vals in cov.axes.items()
+                    if any(b for _, b in vals.values()) and any(not b for _, b in vals.values())}
+    return {"adapter": adapter.name, "rules": rules, "claims": {a: sorted(v, key=_axis_order) for a, v in claims.items()},
+            "vectors": run, "vectors_not_claimed": skipped, "vector_disagreements": bad,
+            "searched": searched[0], "search_disagreement": shrunk,
+            "coverage": {"axes": cov.axes, "boundary": cov.boundary, "classes": cov.classes,
+                         "classes_total": len(CLASSES), "classes_expressible": len(expressible)},
+            "uncovered_claims": uncovered, "disagreeing_only_where": failing_axes, "every_disagreement_has": common,
+            "ok": not bad and shrunk is None and not uncovered, "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def iterate_vector_inputs(rules: str) -> Iterable[dict[str, Any]]:
-    """Yield the inputs of the explain vectors of a rule set: the committed files when this is a source tree,
-    else generated (the same cases: the tests keep the committed tree equal to what kvspec generates)."""
+def _uncovered_claims(claims: Mapping[str, Collection[str]], cov: Coverage, rules: str) -> list[str]:
+    """Return each claimed axis value and each claimed, expressible class the run left without a case."""
+    from .coverage import CLASSES, compute_class_scenarios
+    out = [f"{axis}={v}" for axis, vals in claims.items() for v in sorted(vals)
+           if cov.axes.get(axis, {}).get(v, [0, 0])[0] == 0]
+    for c in CLASSES:
+        if _in_claims(claims, c.axis_values()) and c.label() not in cov.classes \
+                and compute_class_scenarios(c, rules, count=1):
+            out.append(f"class {c.label()}")
+    return out
+
+
+def iterate_vector_inputs(rules: str) -> Iterable[tuple[str, dict[str, Any]]]:
+    """Yield (path, input) of the explain vectors of a rule set (scenarios from stored requests): the shipped
+    files (a wheel's package data or a checkout's vectors/), else generated (the tests keep them equal)."""
     import json
-    from pathlib import Path
 
-    import kvspec
-    root = Path(kvspec.__file__).resolve().parent.parent / "vectors" / "cases" / rules / "explain" / "outcome"
-    if root.is_dir():
+    from .data import find_vector_cases
+    root = find_vector_cases(rules)
+    if root is not None:
         for case in sorted(root.glob("*/*")):
-            yield json.loads((case / "input.json").read_text())
+            inp = json.loads((case / "input.json").read_text())
+            if "stored" not in inp:
+                yield str(case / "input.json"), inp
         return
     from .vectors import compute_cases
-    yield from (inp for runner, _, _, _, inp, _ in compute_cases(rules) if runner == "explain")
+    for runner, handler, suite, case_name, inp, _ in compute_cases(rules):
+        if runner == "explain" and "stored" not in inp:
+            yield f"(generated) {rules}/{runner}/{handler}/{suite}/{case_name}", inp
 
 
-def scenario_strategy(rules: str) -> Any:
-    """Return a Hypothesis strategy of small hybrid scenarios (attention + Mamba, EAGLE, DCP, shared prefixes)."""
-    from hypothesis import strategies as st
+def _short(value: Any, limit: int = 160) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + f"… ({len(value)} items)"
 
-    from kvspec.spec.geometry import Group, Parallel, compute_lcm_span, compute_span
-    from kvspec.spec.limits import compute_longest_prompt
-    from kvspec.spec.scenario import Scenario, StoredRequest
 
-    @st.composite
-    def draw(d: Any) -> Any:
-        u = d(st.integers(1, 16))
-        dcp = d(st.sampled_from([1, 2, 4, 8]))
-        qa, qm = d(st.integers(1, 8)), d(st.integers(1, 8))
-        groups = [Group(kind="attention", block_size=qa * u, eagle=d(st.booleans())),
-                  Group(kind="mamba", block_size=qm * u)]
-        g = Geometry(unit=u, groups=tuple(groups), parallel=Parallel(dcp=dcp),
-                     retention=d(st.sampled_from(["replay", "dense"])))
-        cap = compute_longest_prompt(dcp, tuple(compute_span(g, i) for i in range(2)), 2, 0)
-        top = max(1, min(4 * compute_lcm_span(g), cap))
-        n = d(st.integers(1, top))
-        stored = []
-        for _ in range(d(st.integers(1, 2))):
-            p = d(st.one_of(st.just(n), st.integers(0, top)))
-            stored.append(StoredRequest(prompt=p, shared=d(st.integers(0, min(p, n)))))
-        return Scenario(geometry=g, prompt=n, stored=tuple(stored), rules=rules)
+def _first_difference(want: list[Any], got: list[Any]) -> str:
+    for i, (a, b) in enumerate(zip(want, got)):
+        if a != b:
+            return f"first difference at entry {i}: expected {a}, got {b}"
+    return f"expected {len(want)} entries, got {len(got)}"
 
-    return draw()
+
+def format_disagreement(d: dict[str, Any]) -> list[str]:
+    """Return the lines of one disagreement: where it comes from, each field expected vs actual, the rerun."""
+    where = f"vector {d['vector']}" if d["source"] == "vector" else "search (shrunk to a minimal scenario)"
+    out = [f"  [{d['class']}] {where}"]
+    if "raised" in d:
+        out.append(f"    the adapter raised {d['raised']}")
+        out += ["      " + line for line in d["traceback"].rstrip().splitlines()]
+    for f in d.get("expected", {}):
+        want, got = d["expected"][f], d["actual"][f]
+        out.append(f"    {f}: expected {_short(want)}, got {_short(got)}")
+        if isinstance(want, list) and isinstance(got, list) and (len(want) > 3 or len(got) > 3):
+            out.append(f"      ({_first_difference(want, got)})")
+    out.append(f"    rerun: {d['command']}")
+    return out
 
 
 def format_adapter_report(rep: dict[str, Any]) -> str:
     """Return the readable report of `kvspec conform --adapter`."""
-    lines = [f"kvspec conform --adapter {rep['adapter']} against rule set {rep['rules']}: {rep['vectors']} vector "
-             f"scenarios, {len(rep['vector_disagreements'])} disagree; {rep['searched']} searched scenarios"
-             + (", a disagreement (shrunk):" if rep["search_disagreement"] else ", none disagree")
-             + f" ({rep['seconds']} s)"]
-    for d in rep["vector_disagreements"][:5]:
-        lines.append(f"  vector: {', '.join(d['fields'])}: {d['command']}")
-    if rep["search_disagreement"]:
-        d = rep["search_disagreement"]
-        lines.append(f"  search: {', '.join(d['fields'])}: {d['command']}")
-    lines.append("result: conforms" if rep["ok"] else "result: DISAGREEMENT (exit 1)")
+    bad = rep["vector_disagreements"]
+    lines = [f"kvspec conform --adapter {rep['adapter']} against rule set {rep['rules']} ({rep['seconds']} s)",
+             f"  vectors: {rep['vectors']} scenarios run ({rep['vectors_not_claimed']} outside the adapter's claims), "
+             f"{len(bad)} disagree",
+             f"  search: {rep['searched']} scenarios over {rep['coverage']['classes_expressible']} classes"
+             + (", a disagreement (shrunk)" if rep["search_disagreement"] else ", none disagree")]
+    if rep["claims"]:
+        lines.append("  claims: " + "; ".join(f"{a} in {v}" for a, v in rep["claims"].items()))
+    lines.append("coverage (scenarios run / disagreeing):")
+    for axis, vals in rep["coverage"]["axes"].items():
+        cells = "  ".join(f"{v}: {n}/{b}" for v, (n, b) in sorted(vals.items(), key=lambda kv: _axis_order(kv[0])))
+        lines.append(f"  {axis:<10} {cells}")
+    cells = "  ".join(f"{v}: {n}/{b}" for v, (n, b) in sorted(rep["coverage"]["boundary"].items()))
+    lines.append(f"  {'boundary':<10} {cells}")
+    cov = rep["coverage"]
+    lines.append(f"  classes    {len(cov['classes'])} of {cov['classes_total']} run ({cov['classes_expressible']} "
+                 f"claimed and expressible under {rep['rules']})")
+    if rep["uncovered_claims"]:
+        shown = ", ".join(rep["uncovered_claims"][:8])
+        more = f" and {len(rep['uncovered_claims']) - 8} more" if len(rep["uncovered_claims"]) > 8 else ""
+        lines.append(f"  NOT COVERED though claimed: {shown}{more}")
+    everything = bad + ([rep["search_disagreement"]] if rep["search_disagreement"] else [])
+    if everything:
+        lines.append(f"disagreements ({min(SHOWN, len(bad))} of {len(bad)} vector disagreements shown"
+                     + (", --json for all" if len(bad) > SHOWN else "") + "):")
+        for d in bad[:SHOWN]:
+            lines += format_disagreement(d)
+        if rep["search_disagreement"]:
+            lines += format_disagreement(rep["search_disagreement"])
+        classes = sorted({d["class"] for d in everything})
+        lines.append(f"failing classes ({len(classes)}): {', '.join(classes[:10])}"
+                     + (f" and {len(classes) - 10} more" if len(classes) > 10 else ""))
+        for axis, vals in rep["disagreeing_only_where"].items():
+            lines.append(f"  disagreements only where {axis} is {', '.join(vals)}")
+        if rep["every_disagreement_has"]:
+            lines.append(f"  every disagreement has: {', '.join(rep['every_disagreement_has'])}")
+    if rep["ok"]:
+        lines.append("result: conforms on every claimed class")
+    elif everything:
+        lines.append("result: DISAGREEMENT (exit 1)")
+    else:
+        lines.append("result: claimed classes NOT COVERED (exit 1)")
     return "\n".join(lines)
+
+
+def _axis_order(value: str) -> tuple[int, str]:
+    return (int(value), "") if value.isdigit() else (0, value)

@@ -257,8 +257,14 @@ def render_plot(path: str, rule_sets: tuple[str, ...] = MEASURED, step: int = 7)
             ax.set_ylabel("hit h (tokens)")
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    import io
+    from pathlib import Path
+
+    from .output import write_output_file
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix[1:].lower() or "png")
     plt.close(fig)
+    write_output_file(path, buf.getvalue())
 
 
 def format_bench(out: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ User mistakes exit 2 with one line naming the violated rule; never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Sequence
@@ -32,6 +33,8 @@ from kvspec.spec.types import Boundary, GroupId, Rank
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
+        if not _JSON_ERRORS[0]:
+            self.print_usage(sys.stderr)
         _die("cli-usage", message)
 
 
@@ -310,10 +313,15 @@ _SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "interleave", 
 
 def _explain(args: argparse.Namespace) -> int:
     if args.scenarios is not None:
-        given = [f"--{f.replace('_', '-')}" for f in _SCENARIO_FLAGS if getattr(args, f) not in (None, [], False)]
+        given = [f"--{f.replace('_', '-')}" for f in (*_SCENARIO_FLAGS, "svg", "ranks")
+                 if getattr(args, f) not in (None, [], False)]
         if given:  # each line says its own scenario: a flag beside --scenarios would be ignored, so refuse it
-            raise SpecError("cli-usage", f"--scenarios takes its scenarios from the file; drop {', '.join(given)}")
+            raise SpecError("cli-usage", f"--scenarios takes its scenarios from the file and answers JSON lines; "
+                                         f"drop {', '.join(given)}")
         return _run_scenarios(args.scenarios, check=args.check)
+    if args.ranks and args.json:
+        raise SpecError("cli-usage", "--ranks prints the per-rank view as text; with --json it would be ignored: "
+                                     "drop one (the JSON result has the load plan; `keys check` has rank detail)")
     sc = _scenario(args)
     outcome = evaluate_scenario(sc)
     result = encode_outcome(sc, outcome)
@@ -331,12 +339,9 @@ def _explain(args: argparse.Namespace) -> int:
         if args.ranks:
             print(format_ranks(sc, outcome))
     if args.svg:
+        from kvspec.checks.output import write_output_file
         from kvspec.checks.picture import render_svg
-        try:
-            with open(args.svg, "w") as f:
-                f.write(render_svg(sc, outcome))
-        except OSError as exc:
-            raise SpecError("output-file", f"cannot write {args.svg}: {exc.strerror or exc}") from None
+        write_output_file(args.svg, render_svg(sc, outcome))
     return 1 if args.check and _fails_check(result) else 0
 
 
@@ -376,26 +381,48 @@ def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_flags(args: argparse.Namespace, mode: str, flags: Sequence[str]) -> None:
+    """Raise SpecError(cli-usage) naming every flag of `flags` given although `mode` does not read it."""
+    given = [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f) not in (None, False, [])]
+    if given:
+        raise SpecError("cli-usage", f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {mode}")
+
+
+def _need(module: str, extra: str, what: str) -> None:
+    """Exit 2 naming the pip line that installs `module` when it can't be imported."""
+    try:
+        importlib.import_module(module)
+    except (ImportError, OSError) as exc:
+        _die(f"{what.split()[1]}-deps", f"{what} needs {module.split('.')[0]} ({type(exc).__name__}: {exc}); "
+                                       f"install it: pip install 'kvspec[{extra}]' (a checkout: make venv)")
+
+
 def _conform(args: argparse.Namespace) -> int:
     if (args.engine is None) == (args.adapter is None):
         raise SpecError("cli-usage", "give exactly one of the engine (vllm) and --adapter MODULE:OBJECT")
+    rules = args.rules or DEFAULT_RULES
     if args.adapter is not None:
+        _refuse_flags(args, "conform --adapter (it runs the vectors, then --examples searched scenarios)", ("count",))
+        examples = 300 if args.examples is None else args.examples
+        if not 0 <= examples <= 100_000:
+            raise SpecError("conform-count", f"--examples must be within 0..100000, got {examples}")
+        _need("hypothesis", "conform", "kvspec conform --adapter")
         from kvspec.checks.adapters import format_adapter_report, load_adapter, run_adapter_conformance
-        if not 0 <= args.examples <= 100_000:
-            raise SpecError("conform-count", f"--examples must be within 0..100000, got {args.examples}")
-        rep = run_adapter_conformance(load_adapter(args.adapter), args.rules, args.examples, args.seed)
+        rep = run_adapter_conformance(load_adapter(args.adapter), rules, examples, args.seed)
         print(json.dumps(rep, indent=2) if args.json else format_adapter_report(rep))
         return 0 if rep["ok"] else 1
-    if args.count < 0 or args.count > 1_000_000:
-        raise SpecError("conform-count", f"--count must be within 0..1000000, got {args.count}")
+    _refuse_flags(args, "conform vllm (it draws --count generated scenarios)", ("examples",))
+    count = 2000 if args.count is None else args.count
+    if count < 0 or count > 1_000_000:
+        raise SpecError("conform-count", f"--count must be within 0..1000000, got {count}")
     try:
         from kvspec.checks.vllm_oracle import load_vllm
         load_vllm()
     except Exception as exc:  # noqa: BLE001 - an import of vLLM fails in many ways; each is "not available here"
-        _die("conform-deps", f"kvspec conform vllm needs vllm==0.33.0 importable (make vllm-venv): "
-                             f"{type(exc).__name__}: {exc}")
+        _die("conform-deps", f"kvspec conform vllm needs vllm==0.33.0 importable: make vllm-venv, then "
+                             f".venv-vllm/bin/kvspec conform vllm ({type(exc).__name__}: {exc})")
     from kvspec.checks.conform import format_report, run_conformance
-    rep = run_conformance(args.count, args.seed)
+    rep = run_conformance(count, args.seed, rules=rules)
     print(json.dumps(rep, indent=2) if args.json else format_report(rep))
     return 0 if rep["ok"] else 1
 
@@ -486,9 +513,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--adapter", metavar="MODULE:OBJECT",
                    help="an engine adapter (checks/adapters.py protocol), e.g. kvspec.checks.adapters:IMPL: the "
                         "explain vectors of --rules, then a Hypothesis search, shrunk to an explain command")
-    c.add_argument("--rules", choices=list(RULE_SETS), default=DEFAULT_RULES, help="the rule set the adapter claims")
-    c.add_argument("--examples", type=int, default=300, help="scenarios the adapter search tries (default 300)")
-    c.add_argument("--count", type=int, default=2000, help="generated scenarios (plus the worked examples)")
+    c.add_argument("--rules", choices=list(RULE_SETS), metavar="NAME",
+                   help=f"the rule set compared with the engine's answers (default {DEFAULT_RULES}): the one the adapter "
+                        f"claims, or for vllm the one held against vLLM's code")
+    c.add_argument("--examples", type=int, help="--adapter only: scenarios the search tries after the vectors (300)")
+    c.add_argument("--count", type=int, help="vllm only: generated scenarios, plus the worked examples (2000)")
     c.add_argument("--seed", type=int, default=0, help="seed of the scenario generator")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     k = sub.add_parser("keys", help="parse store keys, or check a key dump against a geometry")
@@ -510,7 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_geometry_args(kc)
     kc.add_argument("--json", action="store_true", help="print the report as JSON")
     vec = sub.add_parser("vectors", help="write the language-neutral test vectors (vectors/README.md)")
-    vec.add_argument("--out", required=True, metavar="DIR", help="where to write them (replaced)")
+    vec.add_argument("--out", required=True, metavar="DIR",
+                     help="a new or empty folder to write them to (a folder holding anything but vectors is refused)")
+    vec.add_argument("--force", action="store_true", help="replace DIR when it already holds a vectors tree")
     vec.add_argument("--check", action="store_true",
                      help="regenerate elsewhere and compare with DIR instead: exit 1 on any difference")
     b = sub.add_parser("bench", help="lookup-probe and transfer benchmarks (needs torch and mooncake)")
@@ -531,7 +562,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the kvspec command line; return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _JSON_ERRORS[0] = "--json" in argv  # known before parsing, so a usage error is JSON too
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not argv:
+        parser.print_usage(sys.stderr)
+        _die("cli-usage", "give a command: explain, verify, conform, keys, vectors or bench (kvspec --help; "
+                          "kvspec COMMAND --help)")
+    args = parser.parse_args(argv)
     try:
         if args.cmd == "explain":
             return _explain(args)
@@ -540,29 +576,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "keys":
             return _keys(args)
         if args.cmd == "vectors":
+            if args.check:
+                _refuse_flags(args, "vectors --check (it writes nothing)", ("force",))
             from kvspec.checks.vectors import run_vectors
-            return run_vectors(args.out, check=args.check)
+            return run_vectors(args.out, check=args.check, force=args.force)
         if args.cmd == "verify":
-            try:
-                import z3  # noqa: F401
-            except ImportError as exc:
-                _die("verify-deps", f"kvspec verify needs z3-solver (make venv): {exc}")
+            if args.list:
+                _refuse_flags(args, "verify --list (it runs nothing)", ("json", "fast", "full", "junit"))
+            if args.fast and args.full:
+                raise SpecError("cli-usage", "--fast (a sample) and --full (every geometry) exclude each other")
+            _need("z3", "verify", "kvspec verify")
             from kvspec.checks.verify import run_verify
             return run_verify(json_out=args.json, fast=args.fast, junit=args.junit, progress=not args.quiet,
                               only=tuple(args.only or ()), list_only=args.list, full=args.full)
         if args.efficiency_only and args.transfer_only:
             _die("cli-usage", "--efficiency-only and --transfer-only exclude each other")
+        if args.efficiency_only:
+            _refuse_flags(args, "bench --efficiency-only (no transfer bench runs)", ("dcp", "tokens"))
+        if args.transfer_only:
+            _refuse_flags(args, "bench --transfer-only (no efficiency table is drawn)", ("plot",))
         if not args.efficiency_only:
-            try:
-                import mooncake.store  # noqa: F401
-                import torch  # noqa: F401
-            except (ImportError, OSError) as exc:
-                _die("bench-deps", f"kvspec bench needs torch and the Mooncake wheel (make venv): {exc}")
+            _need("torch", "impl", "kvspec bench")
+            _need("mooncake.store", "mooncake-cpu", "kvspec bench")
         if args.plot:
-            try:
-                import matplotlib  # noqa: F401
-            except ImportError as exc:
-                _die("bench-deps", f"kvspec bench --plot needs matplotlib (make venv): {exc}")
+            _need("matplotlib", "plot", "kvspec bench --plot")
         from kvspec.checks.bench import run_bench
         return run_bench(quick=args.quick, transfer_only=args.transfer_only, json_out=args.json,
                          dcps=tuple(args.dcp) if args.dcp else None, tokens=args.tokens,

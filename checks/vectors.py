@@ -10,7 +10,10 @@ regenerating the vectors reproduces them byte for byte. Runners:
   examples), boundaries (prompts around every span multiple of a small DCP geometry, resends and
   shared prefixes), exhaustive-sample (every k-th scenario of make verify's scope), mutant-counterexamples
   (for each known bug, the first scenario of the scope it fails on, with what the rule set does),
-  and for `legacy` the #53324 counterexample (a planned key that is not present).
+  coverage (checks/coverage.py: every class of (D, I > 1, PCP > 1, drafter, group mix) the rule set can
+  express, three seeded cases each: a resend, a long prompt up to 10⁶ tokens, two stored requests with a
+  longer lookup and an eviction), and for `legacy` the #53324 counterexample (a planned key that is not
+  present).
 * failure/safe-boundary — input: a scenario and per-block load results; expected: the safe boundary,
   what each attention group loaded, and the retry cap (spec/failure.py).
 * keys/render — input: token ids, unit, the key fields and a (group, boundary); expected: the chain hash
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,12 @@ def _legacy() -> Iterator[Case]:
                                                        19, "legacy"))
 
 
+def _coverage(rules: str) -> Iterator[Case]:
+    from .coverage import iterate_coverage
+    for name, sc in iterate_coverage(rules):
+        yield _explain("coverage", name, sc)
+
+
 def _failure(rules: str, cap: int = 60) -> Iterator[Case]:
     from .exhaustive import iterate_all
     n = 0
@@ -144,6 +152,7 @@ def compute_cases(rules: str) -> Iterator[Case]:
     yield from _boundaries(rules)
     yield from _exhaustive_sample(rules)
     yield from _mutant_counterexamples(rules)
+    yield from _coverage(rules)
     yield from _failure(rules)
     if rules != "pr53324":  # key strings from explicit token ids: the legacy hashes, and the lookahead ones
         yield from _keys(1 if rules.endswith("lookahead") else 0)
@@ -155,9 +164,8 @@ def dump_json(value: Any) -> str:
 
 
 def write_vectors(out: Path) -> dict[str, int]:
-    """Write every rule set's vectors under `out` (replacing what was there); return cases per rule set."""
-    if out.exists():
-        shutil.rmtree(out)
+    """Write every rule set's vectors into the folder `out` (created; it must not hold a case already);
+    return cases per rule set."""
     counts: dict[str, int] = {}
     for rules in ("legacy", *SAFE_RULES):
         n = 0
@@ -183,11 +191,17 @@ def compare_trees(a: Path, b: Path) -> list[str]:
     return diff
 
 
-def run_vectors(out: str, check: bool = False) -> int:
-    """Write the vectors (or, with check, regenerate them elsewhere and compare with `out`); return the exit code."""
+def run_vectors(out: str, check: bool = False, force: bool = False) -> int:
+    """Write the vectors (or, with check, regenerate them elsewhere and compare with `out`); return the exit code.
+
+    Writing never deletes a file that is not a vector (checks/output.py: a new or empty folder, or an
+    existing vectors tree with `force`)."""
     import tempfile
+
+    from .output import replace_vectors_tree
     if not check:
-        counts = write_vectors(Path(out))
+        counts: dict[str, int] = {}
+        replace_vectors_tree(Path(out), lambda d: counts.update(write_vectors(d)), force=force)
         print(f"kvspec vectors: {sum(counts.values())} cases in {out} "
               + ", ".join(f"{r}: {n}" for r, n in counts.items()))
         return 0
@@ -196,6 +210,8 @@ def run_vectors(out: str, check: bool = False) -> int:
         diff = compare_trees(Path(tmp) / "v", Path(out))
     for p in diff[:20]:
         print(f"differs: {p}")
+    if len(diff) > 20:
+        print(f"... and {len(diff) - 20} more")
     print(f"kvspec vectors --check: {len(diff)} files differ from {out}" if diff else
           f"kvspec vectors --check: {out} is what this kvspec generates")
     return 1 if diff else 0

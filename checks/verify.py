@@ -168,13 +168,16 @@ def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = N
     if not tasks:
         from kvspec.spec.errors import SpecError
         raise SpecError("verify-only", f"no check matches {' '.join(only)} (kvspec verify --list shows the ids)")
+    if junit and os.path.isdir(junit):  # refused before the run, not after it
+        from kvspec.spec.errors import SpecError
+        raise SpecError("output-file", f"--junit {junit} is a directory; name a file")
     t0 = time.perf_counter()
     report = summarize(collect(fast, progress=progress, only=only, full=full), fast)
     report["wall_seconds"] = round(time.perf_counter() - t0, 2)
     if junit:
-        os.makedirs(os.path.dirname(os.path.abspath(junit)), exist_ok=True)
-        with open(junit, "w") as f:
-            f.write(format_junit(report) + "\n")
+        from .output import write_output_file
+        os.makedirs(os.path.dirname(os.path.abspath(junit)), exist_ok=True)  # creates folders, replaces no file but it
+        write_output_file(junit, format_junit(report) + "\n")
     if json_out:
         print(json.dumps(report, indent=2))
     else:

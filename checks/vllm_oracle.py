@@ -317,7 +317,7 @@ class VllmAdapter:
 
     name: str = "vllm-0.33.0"
 
-    def store_objects(self, geometry: Geometry, prompt: int) -> Iterable[Obj]:
+    def store_objects(self, geometry: Geometry, prompt: int, rules: str = "vllm-0.33.0") -> Iterable[Obj]:
         if prompt <= 0:
             return []
         eng = _engine(geometry)
@@ -326,13 +326,15 @@ class VllmAdapter:
     def _store(self, eng: Engine, chain: Sequence[bytes], present: frozenset[Obj]) -> FakeStore:
         return FakeStore(eng.key(r, g, chain, t) for g, t in present for r in eng.ranks)
 
-    def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int) -> tuple[int, dict[int, int]]:
+    def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int,
+               rules: str = "vllm-0.33.0") -> tuple[int, dict[int, int]]:
         eng = _engine(geometry)
         chain = _chain(geometry, prompt)
         hit, tails = eng.lookup(prompt, chain, self._store(eng, chain, present))
         return hit, {int(g): int(t) for g, t in tails}
 
-    def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int]) -> list[tuple[int, int, int]]:
+    def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int], present: frozenset[Obj] = frozenset(),
+                  rules: str = "vllm-0.33.0") -> list[tuple[int, int, int]]:
         eng = _engine(geometry)
         chain = _chain(geometry, max([hit, *tails.values()]))
         by_key = {eng.key(0, g, chain, (i + 1) * eng.unit): (g, (i + 1) * eng.unit)

@@ -42,6 +42,7 @@ RULE_INTERLEAVE_HYBRID = "hybrid-dcp-interleave"
 RULE_GROUPS = "groups-nonempty"
 RULE_RETENTION = "retention"
 RULE_INT = "integer-field"
+RULE_EAGLE_KIND = "eagle-attention"
 
 
 def _is_int(x: object) -> bool:
@@ -86,6 +87,11 @@ class Group:
     kind: str = attrs.field(validator=_kind)
     block_size: int = attrs.field(validator=_int_field(RULE_BLOCK, MAX_BLOCK, RULE_LIMIT_BLOCK))
     eagle: bool = attrs.field(default=False, validator=_bool)
+
+    def __attrs_post_init__(self) -> None:
+        require(not (self.eagle and self.kind != "attention"), RULE_EAGLE_KIND,
+                f"the EAGLE flag marks the attention group whose hit the drafter shortens; a {self.kind} group "
+                "cannot carry it")
 
 
 @attrs.frozen(kw_only=True)
