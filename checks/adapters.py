@@ -287,7 +287,7 @@ def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 
         hypothesis.assume(sc is not None)
         return sc
 
-    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=max(examples, 1), deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @hypothesis.seed(seed)
     @given(scenarios())
     def search(sc: Any) -> None:

@@ -33,18 +33,18 @@ from kvspec.spec.types import Boundary, GroupId, Rank
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        if not _JSON_ERRORS[0]:
-            self.print_usage(sys.stderr)
-        _die("cli-usage", message)
+        _die("cli-usage", message)  # one line (the contract of every error); bare `kvspec` also prints the usage
 
 
 _JSON_ERRORS = [False]  # set by `--json`: errors also go to stdout as one JSON object
 
 
-def _die(rule: str, message: str) -> NoReturn:
+def _die(rule: str, message: str, usage: str | None = None) -> NoReturn:
     if _JSON_ERRORS[0]:
         print(json.dumps({"error": {"rule": rule, "message": message}}))
     print(f"kvspec: error: {rule}: {message}", file=sys.stderr)
+    if usage and not _JSON_ERRORS[0]:
+        print(usage.rstrip(), file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -188,13 +188,18 @@ def compute_why(scenario: Scenario, outcome: Outcome) -> str | None:
     kind = g.groups[s.members[0]].kind
     have = sorted(t for gid, t in outcome.present if gid in s.members and t <= s.search_bound)
     lost = sorted({(gid, t) for gid, t, _ in scenario.evicted if gid in s.members and s.result < t <= s.search_bound})
-    what = ("no block boundary chain reaches past it" if kind == "attention" else
-            "no Mamba state is present on every rank at a boundary above it")
+    dropped_only = s.eagle_drop and s.result + g.unit >= s.bound  # the chain reached the bound; the drop cut it
+    if dropped_only:
+        what = (f"the EAGLE drop: its blocks reach {s.bound}, but the drafter must recompute the last unit "
+                f"({g.unit} tokens) to read the token after the hit")
+    else:
+        what = ("no block boundary chain reaches past it" if kind == "attention" else
+                "no Mamba state is present on every rank at a boundary above it")
+    shown = (f"{have}" if len(have) <= 4 else f"the last 4 of {len(have)}: {have[-4:]}") if have else "none"
     line = (f"why: hit {outcome.hit_length}: spec group {list(s.members)} ({kind}) accepts only {s.result} of the "
-            f"{s.bound} it was offered: {what} (present at or below {s.search_bound}: "
-            f"{have[-4:] if have else 'none'}")
-    if s.eagle_drop:
-        line += "; the EAGLE drop takes one unit off its reach"
+            f"{s.bound} it was offered: {what} (present at or below {s.search_bound}: {shown}")
+    if s.eagle_drop and not dropped_only and s.result > 0:
+        line += "; the EAGLE drop then takes one unit off its reach"
     if lost:
         line += f"; evicted there: {[t for _, t in lost]}"
     return line + ")"
@@ -564,9 +569,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _JSON_ERRORS[0] = "--json" in argv  # known before parsing, so a usage error is JSON too
     parser = build_parser()
     if not argv:
-        parser.print_usage(sys.stderr)
         _die("cli-usage", "give a command: explain, verify, conform, keys, vectors or bench (kvspec --help; "
-                          "kvspec COMMAND --help)")
+                          "kvspec COMMAND --help)", usage=parser.format_usage())
     args = parser.parse_args(argv)
     try:
         if args.cmd == "explain":

@@ -434,9 +434,10 @@ class MutantCheck(OneRow):
             caught = sorted({v for b in r["bad"] for v in b["violated"]})
             return {"caught_by": caught, "tried": r["n"], "seconds": r["seconds"],
                     "counterexample": r["bad"][0]["scenario"] if r["bad"] else None}
+        from .adapters import format_explain_command
         caught_by, sc, n = hunt(m, SCOPE_MUTANTS.iterate())
         return {"caught_by": list(caught_by), "tried": n, "seconds": time.perf_counter() - t0,
-                "counterexample": repr(sc) if sc is not None else None}
+                "counterexample": format_explain_command(sc) if sc is not None else None}
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         r, m = results[0], self._mutant()

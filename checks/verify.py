@@ -52,10 +52,10 @@ def _run_task(task: Task) -> tuple[Task, Part]:
 
 def _progress(check: Check, part: Part, done: int, total: int, t0: float) -> None:
     """Print one line on stderr as a part ends: its check, result, elapsed time, parts left."""
-    what = part.get("answer") or (f"{part['n']} checked, {len(part['bad'])} bad" if "n" in part else
+    what = part.get("answer") or (f"{part['n']} checked, {len(part['bad'])} counterexamples" if "n" in part else
                                   ("caught" if part.get("caught_by") else "not caught"))
     print(f"verify: [{done}/{total}] {check.id}: {what} ({part.get('seconds', 0):.1f} s; "
-          f"{time.perf_counter() - t0:.0f} s elapsed, {total - done} left)", file=sys.stderr, flush=True)
+          f"{time.perf_counter() - t0:.0f} s elapsed, {total - done} parts left)", file=sys.stderr, flush=True)
 
 
 GC_THRESHOLD = 50_000  # allocations between gen-0 collections (CPython's default: 700)
@@ -128,7 +128,9 @@ def format_table(report: dict[str, Any]) -> str:
         if "command" in r:
             lines.append(f"{'':<22} counterexample (expected): {r['command']}")
         if r["method"] == "mutant" and r["ok"]:
-            lines.append(f"{'':<22} first caught after {r['tried']} scenarios: {r['counterexample'][:160]}")
+            ce = r["counterexample"] or ""
+            shown = ce if ce.startswith("kvspec ") or len(ce) <= 160 else ce[:160] + " … (--json has it whole)"
+            lines.append(f"{'':<22} first caught after {r['tried']} scenarios, on: {shown}")
         for f in r.get("failures") or []:
             lines.append(f"{'':<22} FAILURE: {f}")
     t = report["totals"]

@@ -1,42 +1,47 @@
-"""Engine adapters and `kvspec conform --adapter`: kvspec's implementation conforms to the rule set it claims;
-the legacy loader fails, and its shrunk counterexample is a runnable explain command showing the -704."""
+"""Engine adapters and `kvspec conform --adapter`: kvspec's implementation conforms to every rule set it is told;
+the legacy loader fails with a runnable counterexample; every known-bad port in tests/bad_adapters/ is rejected
+with its disagreements where its bug lives; claims the run does not cover fail the run."""
 
 from __future__ import annotations
 
+import importlib
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from kvspec.checks.adapters import (
-    IMPL,
-    IMPL_LOOKAHEAD,
-    IMPL_PR53324,
-    LEGACY,
-    EngineAdapter,
-    load_adapter,
-    run_adapter_conformance,
-)
+from kvspec.checks.adapters import IMPL, LEGACY, EngineAdapter, load_adapter, run_adapter_conformance
 from kvspec.checks.cli import main
 from kvspec.spec.errors import SpecError
+from kvspec.spec.scenario import decode_scenario
 
+from .bad_adapters import BUGS
 from .conftest import require
 
+ROOT = Path(__file__).parent.parent
 
-@pytest.mark.parametrize("adapter,rules", [(IMPL, "vllm-0.33.0"), (IMPL_PR53324, "pr53324"),
-                                           (IMPL_LOOKAHEAD, "vllm-0.33.0-lookahead")])
-def test_the_implementation_conforms(adapter, rules):
+
+@pytest.mark.parametrize("rules", ["vllm-0.33.0", "pr53324", "vllm-0.33.0-lookahead"])
+def test_the_implementation_conforms_on_every_class(rules):
     require("torch")
-    rep = run_adapter_conformance(adapter, rules, examples=150)
-    assert rep["ok"], rep
-    assert rep["vectors"] > 150 and rep["searched"] == 150
+    rep = run_adapter_conformance(IMPL, rules, examples=100)
+    assert rep["ok"], rep["vector_disagreements"][:2]
+    assert rep["vectors"] > 600 and rep["searched"] == 100 and not rep["uncovered_claims"]
+    cov = rep["coverage"]
+    assert len(cov["classes"]) == cov["classes_expressible"] >= 150
+    assert {"16", "32", "64"} <= set(cov["axes"]["dcp"]) and "I>1" in cov["axes"]["interleave"]
+    assert "PCP>1" in cov["axes"]["pcp"] and cov["boundary"]["N > 131072"][0] >= 50
 
 
 def test_the_legacy_loader_is_caught_with_a_runnable_counterexample(capsys):
     require("torch")
     rep = run_adapter_conformance(LEGACY, "pr53324", examples=150)
     assert not rep["ok"] and rep["vector_disagreements"] and rep["search_disagreement"]
-    assert "tails" in rep["search_disagreement"]["fields"]
-    cmd = shlex.split(rep["search_disagreement"]["command"])
+    d = rep["search_disagreement"]
+    assert "tails" in d["fields"] and d["expected"]["tails"] != d["actual"]["tails"]
+    cmd = shlex.split(d["command"])
     assert cmd[:2] == ["kvspec", "explain"]
     legacy = [*cmd[1:-2], "--rules", "legacy", "--check"]  # the same scenario under the legacy rule set
     assert main(legacy) == 1  # a planned load key that was never stored: Mooncake's -704
@@ -44,13 +49,76 @@ def test_the_legacy_loader_is_caught_with_a_runnable_counterexample(capsys):
     capsys.readouterr()
 
 
-def test_cli_exit_codes_and_bad_adapters(capsys):
+@pytest.mark.parametrize("bug", BUGS)
+def test_every_known_bad_port_is_rejected_where_its_bug_lives(bug):
+    """The kit's power: each port is wrong in one corner only (large D, interleave, PCP, long prompts, …)."""
     require("torch")
-    assert main(["conform", "--adapter", "kvspec.checks.adapters:IMPL", "--examples", "20"]) == 0
+    m = importlib.import_module(f"tests.bad_adapters.{bug}")
+    rep = run_adapter_conformance(m.ADAPTER, m.RULES, examples=40)
+    assert not rep["ok"]
+    found = rep["vector_disagreements"] + ([rep["search_disagreement"]] if rep["search_disagreement"] else [])
+    assert found, f"{bug}: the kit certified a known-bad port"
+    outside = [d["command"] for d in found if not m.WHERE(decode_scenario(d["input"]))]
+    assert not outside, f"{bug}: a disagreement outside the bug's corner: {outside[:2]}"
+    assert all(d["class"] for d in found)
+
+
+def test_a_claim_the_kit_does_not_cover_fails_the_run():
+    require("torch")
+    class Claiming:
+        name = "claims-dcp-128"
+        claims = {"dcp": [8, 128], "drafter": ["none"]}
+        store_objects, lookup, load_plan = IMPL.store_objects, IMPL.lookup, IMPL.load_plan
+
+    rep = run_adapter_conformance(Claiming(), "vllm-0.33.0", examples=10)
+    assert not rep["ok"] and "dcp=128" in rep["uncovered_claims"]
+    assert not rep["vector_disagreements"] and rep["vectors_not_claimed"] > 0
+    assert set(rep["coverage"]["axes"]["dcp"]) == {"8"} and set(rep["coverage"]["axes"]["drafter"]) == {"none"}
+
+
+def test_an_adapter_that_raises_shows_its_traceback():
+    require("torch")
+
+    class Raising:
+        name = "raising"
+        store_objects, load_plan = IMPL.store_objects, IMPL.load_plan
+
+        def lookup(self, geometry, present, prompt, rules):
+            if geometry.parallel.dcp == 3:
+                raise ZeroDivisionError("my engine's lookup")
+            return IMPL.lookup(geometry, present, prompt, rules)
+
+    from kvspec.checks.adapters import format_adapter_report
+    rep = run_adapter_conformance(Raising(), "pr53324", examples=0)
+    bad = rep["vector_disagreements"]
+    assert bad and all(d["fields"] == ["raised"] and "ZeroDivisionError" in d["traceback"] for d in bad)
+    text = format_adapter_report(rep)
+    assert f"5 of {len(bad)} vector disagreements shown" in text and "in lookup" in text
+
+
+def test_cli_modes_paths_and_bad_adapters(capsys, tmp_path):
+    require("torch")
+    assert main(["conform", "--adapter", "kvspec.checks.adapters:IMPL", "--examples", "5"]) == 0
     assert main(["conform", "--adapter", "kvspec.checks.adapters:LEGACY", "--rules", "pr53324",
-                 "--examples", "20"]) == 1
+                 "--examples", "5"]) == 1
     assert "DISAGREEMENT" in capsys.readouterr().out
-    for bad in ("nope", "kvspec.checks.adapters:NOPE", "json:dumps"):
+    for bad in ("nope", "kvspec.checks.adapters:NOPE", "json:dumps", "no/such/file.py:X"):
         with pytest.raises(SpecError):
             load_adapter(bad)
     assert isinstance(IMPL, EngineAdapter)
+    # flags of the other mode are errors, not silently ignored
+    for argv in (["conform", "vllm", "--examples", "3"], ["conform", "--adapter", "x:Y", "--count", "3"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+    assert "does not apply" in capsys.readouterr().err
+
+
+def test_the_example_adapter_runs_from_any_folder(tmp_path):
+    """docs/porting.md's command, from a folder that is not the checkout, by file path."""
+    require("torch")
+    example = ROOT / "examples" / "adapter_template.py"
+    r = subprocess.run([sys.executable, "-m", "kvspec.checks", "conform", "--adapter", f"{example}:ADAPTER",
+                        "--examples", "5"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "conforms on every claimed class" in r.stdout and "dcp        1:" in r.stdout

@@ -149,3 +149,86 @@ def test_svg_picture_marks_missing_loaded_and_hit(tmp_path, capsys):
     rc, _, err = run(["explain", "--preset", "small-dcp2", "--stored-prompt", "57", "--prompt", "57",
                       "--svg", str(tmp_path / "no" / "dir.svg")], capsys)
     assert rc == 2 and "output-file" in err
+
+
+def test_bare_kvspec_prints_a_usage_line(capsys):
+    rc, _, err = run([], capsys)
+    assert rc == 2 and err.startswith("kvspec: error: cli-usage: give a command") and "usage: kvspec" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["explain", "--preset", "tiny-dcp2", "--prompt", "9", "--stored-prompt", "9", "--ranks", "--json"],
+    ["explain", "--scenarios", "-", "--svg", "x.svg"],
+    ["vectors", "--out", "x", "--check", "--force"],
+    ["verify", "--list", "--json"],
+    ["verify", "--fast", "--full"],
+    ["bench", "--efficiency-only", "--dcp", "2"],
+    ["bench", "--transfer-only", "--plot", "x.png"],
+    ["conform", "vllm", "--examples", "5"],
+    ["conform", "--adapter", "kvspec.checks.adapters:IMPL", "--count", "5"],
+])
+def test_a_flag_the_mode_does_not_read_is_an_error(argv, capsys):
+    """Every mode refuses the flags it would ignore (exit 2, naming them), instead of running without them."""
+    rc, _, err = run(argv, capsys)
+    assert rc == 2 and err.startswith("kvspec: error: cli-usage:"), err
+
+
+def test_eagle_is_an_attention_flag(capsys):
+    rc, _, err = run(["explain", "--group", "attention:4", "--group", "mamba:4:eagle", "--prompt", "8",
+                      "--stored-prompt", "8"], capsys)
+    assert rc == 2 and err.startswith("kvspec: error: eagle-attention:")
+
+
+def test_vectors_out_never_deletes_a_foreign_file(tmp_path, capsys):
+    """`vectors --out` writes to a new or empty folder, replaces a vectors tree only with --force, and refuses a
+    folder holding anything else — the foreign file survives, with or without --force."""
+    from kvspec.checks.output import replace_vectors_tree
+
+    def fake(d):  # a one-case vectors tree (the real writer takes ~30 s; checks/output.py is what decides)
+        case = d / "pr53324" / "explain" / "outcome" / "worked" / "c"
+        case.mkdir(parents=True)
+        (case / "meta.json").write_text('{"format": 1, "rules": "pr53324"}\n')
+        (case / "input.json").write_text("{}\n")
+        (case / "expected.json").write_text("{}\n")
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    for force in (False, True):
+        rc, _, err = run(["vectors", "--out", str(mine)] + (["--force"] if force else []), capsys)
+        assert rc == 2 and "not test vectors (notes.txt)" in err
+    assert (mine / "notes.txt").read_text() == "keep me" and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    rc, _, err = run(["vectors", "--out", str(mine / "notes.txt")], capsys)
+    assert rc == 2 and "not a folder" in err and (mine / "notes.txt").read_text() == "keep me"
+    new = tmp_path / "new"
+    replace_vectors_tree(new, fake)
+    assert (new / "pr53324").is_dir()
+    with pytest.raises(kvspec.spec.errors.SpecError, match="add --force"):
+        replace_vectors_tree(new, fake)
+    (new / "pr53324" / "stray.txt").write_text("x")
+    with pytest.raises(kvspec.spec.errors.SpecError, match="not test vectors"):
+        replace_vectors_tree(new, fake, force=True)
+    (new / "pr53324" / "stray.txt").unlink()
+    replace_vectors_tree(new, fake, force=True)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folder left
+
+
+def test_output_files_are_written_whole_or_refused(tmp_path, capsys):
+    args = ["explain", "--preset", "tiny-dcp2", "--prompt", "9", "--stored-prompt", "9", "--svg"]
+    rc, _, err = run([*args, str(tmp_path)], capsys)
+    assert rc == 2 and "output-file" in err and "is a directory" in err
+    rc, _, err = run([*args, str(tmp_path / "no" / "such" / "x.svg")], capsys)
+    assert rc == 2 and "does not exist" in err
+    rc, _, _ = run([*args, str(tmp_path / "x.svg")], capsys)
+    assert rc == 0 and (tmp_path / "x.svg").read_text().startswith("<svg")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.svg"]
+
+
+def test_why_line_names_the_eagle_drop_when_it_is_the_cause(capsys):
+    rc, out, _ = run(["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "15000", "--prompt", "15000",
+                      "--rules", "vllm-0.33.0"], capsys)
+    why = next(line for line in out.splitlines() if line.startswith("why:"))
+    assert rc == 0 and "the EAGLE drop: its blocks reach 14976" in why and "no block boundary chain" not in why
+    rc, out, _ = run(["explain", "--preset", "small-dcp2", "--dcp", "1", "--stored-prompt", "400", "--prompt", "400",
+                      "--retention", "dense", "--rules", "pr53324", "--evict", "1:392"], capsys)
+    assert rc == 0
