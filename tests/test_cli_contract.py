@@ -229,6 +229,6 @@ def test_why_line_names_the_eagle_drop_when_it_is_the_cause(capsys):
                       "--rules", "vllm-0.33.0"], capsys)
     why = next(line for line in out.splitlines() if line.startswith("why:"))
     assert rc == 0 and "the EAGLE drop: its blocks reach 14976" in why and "no block boundary chain" not in why
-    rc, out, _ = run(["explain", "--preset", "small-dcp2", "--dcp", "1", "--stored-prompt", "400", "--prompt", "400",
-                      "--retention", "dense", "--rules", "pr53324", "--evict", "1:392"], capsys)
-    assert rc == 0
+    rc, out, _ = run(["explain", "--group", "attention:4", "--group", "mamba:4", "--unit", "2", "--retention", "dense",
+                      "--stored", "40:40", "--prompt", "40", "--evict", "1:40", "--evict", "1:38"], capsys)
+    assert rc == 0 and "the last 4 of 9: [24, 28, 32, 36]; evicted there: [38, 40]" in out  # says what it cut
