@@ -238,12 +238,14 @@ class Coverage:
         return c.label()
 
 
-def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 300, seed: int = 0) -> dict[str, Any]:
+def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 300, seed: int = 0,
+                            stop_after: int | None = None) -> dict[str, Any]:
     """Run the explain vectors of a rule set, then a Hypothesis search over the claimed classes, against an
     adapter; return the report (coverage table, disagreements with expected vs actual, uncovered claims).
 
     A disagreement found by the search is shrunk by Hypothesis to a minimal scenario and reported as a
-    runnable `kvspec explain` command.
+    runnable `kvspec explain` command. `stop_after` k: stop at the k-th vector disagreement (no search; the
+    report says it stopped early).
     """
     try:
         import hypothesis
@@ -262,7 +264,11 @@ def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 
     cov = Coverage()
     bad: list[dict[str, Any]] = []
     run = skipped = 0
+    stopped = False
     for path, inp in iterate_vector_inputs(rules):
+        if stop_after is not None and len(bad) >= stop_after:
+            stopped = True
+            break
         sc = decode_scenario(inp)
         from .coverage import classify
         if not _in_claims(claims, classify(sc).axis_values()):
@@ -299,7 +305,7 @@ def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 
             searched[0] += 1
             cov.add(sc, False)
 
-    if expressible and examples > 0:
+    if expressible and examples > 0 and not stopped:
         with contextlib.suppress(AssertionError):
             search()
     shrunk = None
@@ -308,7 +314,7 @@ def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 
         label = cov.add(sc, True)
         shrunk = {"source": "search", "class": label, **diff, "command": format_explain_command(sc),
                   "input": encode_scenario(sc)}
-    uncovered = _uncovered_claims(claims, cov, rules)
+    uncovered = [] if stopped else _uncovered_claims(claims, cov, rules)
     n_bad = len(bad) + (shrunk is not None)
     common = sorted(b for b, (n, k) in cov.boundary.items() if n_bad and k == n_bad and n > k)
     failing_axes = {axis: sorted(v for v, (n, b) in vals.items() if b) for axis, vals in cov.axes.items()
@@ -319,7 +325,7 @@ def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 
             "coverage": {"axes": cov.axes, "boundary": cov.boundary, "classes": cov.classes,
                          "classes_total": len(CLASSES), "classes_expressible": len(expressible)},
             "uncovered_claims": uncovered, "disagreeing_only_where": failing_axes, "every_disagreement_has": common,
-            "ok": not bad and shrunk is None and not uncovered, "seconds": round(time.perf_counter() - t0, 2)}
+            "stopped_early": stopped, "ok": not bad and shrunk is None and not uncovered and not stopped, "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def _uncovered_claims(claims: Mapping[str, Collection[str]], cov: Coverage, rules: str) -> list[str]:

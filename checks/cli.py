@@ -381,7 +381,10 @@ def _keys(args: argparse.Namespace) -> int:
         require(isinstance(raw, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in raw), "tokens",
                 "--tokens takes a JSON list of integer token ids")
         tokens = raw
-    report = compute_key_report(geometry, _read_lines(args.keys), args.grammar, tokens, args.rules)
+    if tokens is None:
+        _refuse_flags(args, "keys check without --tokens (no hash is mapped)", ("hash_algo", "hash_seed", "cache_salt"))
+    report = compute_key_report(geometry, _read_lines(args.keys), args.grammar, tokens, args.rules, args.hash_algo,
+                                args.hash_seed, args.cache_salt)
     print(json.dumps(report, indent=2) if args.json else format_key_report(report))
     return 0
 
@@ -540,7 +543,14 @@ def build_parser() -> argparse.ArgumentParser:
     kc.add_argument("--keys", required=True, metavar="FILE", help="the key dump, one key per line (- for stdin)")
     kc.add_argument("--grammar", choices=["kvspec", "vllm-0.33.0"], default="kvspec", help="the dump's key grammar")
     kc.add_argument("--tokens", metavar="FILE", help="the request's token ids as a JSON list (maps hashes to t)")
-    kc.add_argument("--rules", choices=list(RULE_SETS), default=DEFAULT_RULES, help="rule set of the lookup")
+    kc.add_argument("--rules", choices=list(RULE_SETS), default=DEFAULT_RULES,
+                    help="rule set of the lookup (its λ also shapes the hashes)")
+    kc.add_argument("--hash-algo", choices=["kvspec", "sha256", "sha256_cbor", "xxhash", "xxhash_cbor"],
+                    help="how the dump's engine hashes blocks: vLLM's prefix_caching_hash_algo (default sha256 for a "
+                         "vllm-0.33.0 dump), or kvspec's own chain (default for a kvspec dump)")
+    kc.add_argument("--hash-seed", metavar="SEED",
+                    help="the deployment's PYTHONHASHSEED (vLLM roots its chain in it; unset: vLLM's default seed)")
+    kc.add_argument("--cache-salt", metavar="SALT", help="the request's cache_salt (it enters the first block's hash)")
     _add_geometry_args(kc)
     kc.add_argument("--json", action="store_true", help="print the report as JSON")
     vec = sub.add_parser("vectors", help="write the language-neutral test vectors (vectors/README.md)")

@@ -122,10 +122,13 @@ def test_vllm_as_an_engine_adapter(v):
     from kvspec.checks.adapters import EngineAdapter, run_adapter_conformance
     from kvspec.checks.vllm_oracle import VLLM
     assert isinstance(VLLM, EngineAdapter)
-    rep = run_adapter_conformance(VLLM, "vllm-0.33.0", examples=200)
-    assert rep["ok"] and rep["vectors"] >= 150, rep
-    rep = run_adapter_conformance(VLLM, "pr53324", examples=50)
-    assert not rep["ok"] and rep["vector_disagreements"]
+    rep = run_adapter_conformance(VLLM, "vllm-0.33.0", examples=50)
+    assert rep["ok"] and rep["vectors"] >= 600 and not rep["uncovered_claims"], rep["vector_disagreements"][:2]
+    axes = rep["coverage"]["axes"]  # vLLM's own code over the whole space: D to 64, interleave, PCP, N > 128k
+    assert {"16", "32", "64"} <= set(axes["dcp"]) and "I>1" in axes["interleave"] and "PCP>1" in axes["pcp"]
+    assert rep["coverage"]["boundary"]["N > 131072"][0] >= 50
+    rep = run_adapter_conformance(VLLM, "pr53324", examples=0, stop_after=5)
+    assert not rep["ok"] and len(rep["vector_disagreements"]) == 5 and rep["stopped_early"]
 
 
 def test_from_vllm_mapping_agrees_with_vllms_resolution(v):
@@ -178,3 +181,38 @@ def test_vllm_leaves_a_loadable_hit_after_the_rederivation(v):
     ans = compute_answer(sc, v)
     assert ans.hit == 0 == evaluate_scenario(sc).hit_length
     assert {(0, 2), (0, 4), (0, 6), (1, 5), (2, 5)} <= ans.stored
+
+
+@pytest.mark.parametrize("algo,lookahead,salt", [("sha256", 0, None), ("sha256", 1, None), ("sha256_cbor", 0, "s1"),
+                                                 ("sha256", 2, "tenant-7")])
+def test_keys_check_maps_a_dump_rendered_by_vllm(v, algo, lookahead, salt):
+    """`kvspec keys check` reads a key dump vLLM itself rendered: block hashes from vLLM's request block hasher with
+    its configured hash function (a Request stand-in carrying only token ids and the salt), keys from its PoolKey."""
+    import types
+
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core import kv_cache_utils
+
+    from kvspec.checks.keys_tool import compute_engine_chain, compute_key_report
+    from kvspec.checks.vllm_oracle import Engine
+    from kvspec.spec.presets import get_preset
+    fn = get_hash_fn_by_name(algo)
+    kv_cache_utils.init_none_hash(fn)
+    tokens = [(31 * i + 7) % 50_000 for i in range(15_000)]
+    g = get_preset("kimi-k3-dcp8")
+    req = types.SimpleNamespace(block_hashes=[], num_tokens=len(tokens), mm_features=[], all_token_ids=tokens,
+                                lora_request=None, cache_salt=salt, prompt_embeds=None)
+    chain = list(kv_cache_utils.get_request_block_hasher(g.unit, fn, lookahead)(req))
+    assert chain == list(compute_engine_chain(tokens, g.unit, algo, None, salt, lookahead))
+    eng = Engine(g, v)
+    stored = eng.store_objects(len(tokens), chain)
+    keys = [eng.key(r, gid, chain, t) for gid, t in sorted(stored) for r in eng.ranks]
+    rules = "vllm-0.33.0" if lookahead == 0 else "vllm-0.33.0-lookahead"
+    if lookahead > 1:  # λ = 2 is no rule set of kvspec's: map the hashes only
+        rep = compute_key_report(g, keys, "vllm-0.33.0")
+        assert rep["complete_objects"] == len(stored)
+        return
+    rep = compute_key_report(g, keys, "vllm-0.33.0", tokens, rules, hash_algo=algo, cache_salt=salt)
+    assert rep["unmatched_hashes"] == 0 and rep["bad_lines"] == [] and not rep["warnings"]
+    assert {(o["group"], o["boundary"]) for o in rep["objects"]} == set(stored)
+    assert rep["outcome"]["hit_length"] > 0 and all(e["present"] for e in rep["outcome"]["load"])
