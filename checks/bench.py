@@ -157,13 +157,21 @@ def compute_resend_series(name: str, retention: str, rules: str, step: int) -> l
                                                rules=rules)).hit_length)) for p in range(lcm + 1, 2 * lcm - 1, step)]
 
 
+REUSABLE = "min(⌊S/u⌋·u, ⌊(N−1)/u⌋·u)"  # the one definition: README, the plot, the tests and the tables use it
+
+
+def compute_reusable(shared: int, prompt: int, unit: int) -> int:
+    """Return min(⌊S/u⌋·u, ⌊(N−1)/u⌋·u): the whole units of the shared prefix below N (the logits need the last
+    token recomputed), the most any loader can reuse; a resend (S = N = P) gives ⌊(P−1)/u⌋·u."""
+    return min(shared // unit * unit, (prompt - 1) // unit * unit)
+
+
 def bench_efficiency(rule_sets: tuple[str, ...] = MEASURED, step: int = 7) -> list[dict[str, Any]]:
     """Return, per geometry, retention and rule set, the identical-resend hit over a sweep of prompt lengths.
 
     Kimi-K3 (DCP 8): P = L+1 … 2L−2 in steps of `step`, plus the 10^6-token resend; a small geometry
-    (u = 4, b = 16, D = 2) over one scheduler block in steps of 1. Reusable tokens of a resend are
-    ⌊(P−1)/u⌋·u, every whole unit below P (the logits need the last token recomputed): the same yardstick
-    for every rule set, so the EAGLE drop's cost shows in the ratio.
+    (u = 4, b = 16, D = 2) over one scheduler block in steps of 1. Reusable tokens: compute_reusable (a resend:
+    ⌊(P−1)/u⌋·u), the same yardstick for every rule set, so the EAGLE drop's cost shows in the ratio.
     """
     rows = []
     for name in EFFICIENCY_GEOMETRIES:
@@ -173,7 +181,7 @@ def bench_efficiency(rule_sets: tuple[str, ...] = MEASURED, step: int = 7) -> li
             for rules in rule_sets:
                 series = compute_resend_series(name, retention, rules, step if name == "kimi-k3-dcp8" else 1)
                 got = sum(h for _, h in series)
-                reusable = sum((p - 1) // u * u for p, _ in series)
+                reusable = sum(compute_reusable(p, p, u) for p, _ in series)
                 zero = sum(h == 0 for _, h in series)
                 row = {"geometry": name, "retention": retention, "rules": rules, "prompts": len(series),
                        "zero_hits": zero, "zero_hit_fraction": round(zero / len(series), 4),
@@ -211,8 +219,8 @@ def bench_conversations(rule_sets: tuple[str, ...] = MEASURED, count: int = 12, 
     """Return, per geometry, retention and rule set, the hits of a multi-turn trace.
 
     Every turn's prompt was stored when it ran (its prefill); the next turn shares exactly that prompt with
-    it. Reusable tokens of a turn: its shared prefix in whole units below N, min(⌊S/u⌋·u, ⌊(N−1)/u⌋·u), the
-    same for every rule set; a turn's hit counts against that.
+    it. Reusable tokens of a turn: compute_reusable (its shared prefix in whole units below N), the same for
+    every rule set; a turn's hit counts against that.
     """
     from kvspec.spec.geometry import compute_lcm_span
     rows = []
@@ -226,7 +234,7 @@ def bench_conversations(rule_sets: tuple[str, ...] = MEASURED, count: int = 12, 
                     for prev, cur in zip(conv, conv[1:]):
                         h = evaluate_scenario(Scenario(geometry=g, prompt=cur, rules=rules,
                                                        stored=(StoredRequest(prompt=prev, shared=prev),))).hit_length
-                        best = min(prev // u * u, (cur - 1) // u * u)
+                        best = compute_reusable(prev, cur, u)
                         n, zero, got, reusable = n + 1, zero + (h == 0), got + h, reusable + best
                 rows.append({"geometry": name, "retention": retention, "rules": rules, "turns": n,
                              "zero_hits": zero, "zero_hit_fraction": round(zero / n, 4),
@@ -236,7 +244,7 @@ def bench_conversations(rule_sets: tuple[str, ...] = MEASURED, count: int = 12, 
 
 def render_plot(path: str, rule_sets: tuple[str, ...] = MEASURED, step: int = 7) -> None:
     """Write a plot of the identical-resend hit against the prompt length, per rule set (one panel per geometry
-    and retention), with the reusable length ⌊(P−1)/u⌋·u for reference."""
+    and retention), with the reusable length (compute_reusable; a resend: ⌊(P−1)/u⌋·u) for reference."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -248,8 +256,8 @@ def render_plot(path: str, rule_sets: tuple[str, ...] = MEASURED, step: int = 7)
             series = {r: compute_resend_series(name, retention, r, step if name == "kimi-k3-dcp8" else 1)
                       for r in rule_sets}
             first = next(iter(series.values()))
-            ax.plot([p for p, _ in first], [(p - 1) // u * u for p, _ in first], color="0.7", lw=1,
-                    label="reusable ⌊(P−1)/u⌋·u")
+            ax.plot([p for p, _ in first], [compute_reusable(p, p, u) for p, _ in first], color="0.7", lw=1,
+                    label="reusable ⌊(P−1)/u⌋·u (S = N = P)")
             for r, pts in series.items():
                 ax.step([p for p, _ in pts], [h for _, h in pts], where="post", lw=1.2, label=r)
             ax.set_title(f"{name}, {retention} retention: identical resend")
@@ -273,6 +281,8 @@ def format_bench(out: dict[str, Any]) -> str:
     for r in out.get("lookup", []):
         lines.append(f"lookup {r['rules']:<12} N={r['tokens']:>9}: {r['probes']} probes vs {r['baseline_probes']} "
                      f"({r['ratio']}x), {r['rounds']} rounds, identical to the spec: {r['identical']}")
+    if out.get("efficiency") or out.get("conversations"):
+        lines.append(f"reusable = {REUSABLE} tokens (S shared, N looked up; a resend: ⌊(P−1)/u⌋·u)")
     for r in out.get("efficiency", []):
         lines.append(f"efficiency {r['geometry']:<13} {r['retention']:<6} {r['rules']:<21}: reused/reusable "
                      f"{r['reused_over_reusable']:.1%}, zero hits {r['zero_hits']}/{r['prompts']}"

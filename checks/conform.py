@@ -123,15 +123,9 @@ def iterate_cases(count: int, seed: int, rules: str = RULES) -> Iterator[Case]:
 
 
 def format_command(sc: Scenario) -> str:
-    """Return a runnable `kvspec explain` command for a scenario (its first stored request)."""
-    g = sc.geometry
-    groups = " ".join(f"--group {x.kind}:{x.block_size}{':eagle' if x.eagle else ''}" for x in g.groups)
-    cmd = f"kvspec explain --rules {sc.rules} --dcp {g.parallel.dcp} --unit {g.unit} {groups} --retention {g.retention}"
-    if sc.stored:
-        r = sc.stored[0]
-        cmd += f" --stored-prompt {r.prompt} --shared {r.shared}"
-    return cmd + f" --prompt {sc.prompt}" + ("  # more stored requests / evictions: see the scenario" if
-                                              len(sc.stored) > 1 or sc.evicted else "")
+    """Return a runnable `kvspec explain` command for a scenario (every stored request and eviction)."""
+    from .adapters import format_explain_command
+    return format_explain_command(sc)
 
 
 def compare_case(case: Case, v: Any) -> dict[str, bool]:
@@ -195,7 +189,7 @@ def run_conformance(count: int = 2000, seed: int = 0, rules: str = RULES) -> dic
             kinds["both-accept"] += 1
         if not all(res.values()) and len(bad) < 10:
             bad.append({"fields": [f for f, ok in res.items() if not ok],
-                        "case": repr(case.scenario) if case.scenario else case.geometry_args,
+                        "case": None if case.scenario else case.geometry_args,
                         "command": format_command(case.scenario) if case.scenario else None})
     return {"rules": rules, "vllm": "0.33.0", "seed": seed, "cases": n, "compared": compared, "agree": agree,
             "kinds": kinds, "disagreements": bad, "ok": all(agree[f] == compared[f] for f in FIELDS),
@@ -211,8 +205,6 @@ def format_report(rep: dict[str, Any]) -> str:
         c, a = rep["compared"][f], rep["agree"][f]
         out.append(f"  {f:<10} {a:>6} / {c:<6} agree ({100.0 * a / c if c else 100.0:.2f}%)")
     for d in rep["disagreements"]:
-        out.append(f"  DISAGREE on {', '.join(d['fields'])}: {d['case']}")
-        if d["command"]:
-            out.append(f"    {d['command']}")
+        out.append(f"  DISAGREE on {', '.join(d['fields'])}: " + (d["command"] or f"the geometry {d['case']}"))
     out.append("result: " + ("100% agreement" if rep["ok"] else "DISAGREEMENT (exit 1)"))
     return "\n".join(out)

@@ -30,6 +30,7 @@ from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, co
 from kvspec.spec.limits import compute_longest_prompt
 from kvspec.spec.rules import check_config, get_rules
 from kvspec.spec.scenario import Outcome, Scenario, StoredRequest, compute_stored_objects
+from kvspec.spec.types import Rank
 
 DCPS = (1, 2, 3, 4, 8, 16, 32, 64)
 DRAFTERS = ("none", "eagle", "eagle+draft")  # no drafter; an EAGLE-family drafter (the drop); plus its own KV group
@@ -206,7 +207,7 @@ def draw_scenario(d: Draw, c: Class, rules: str, shape: int | None = None) -> Sc
     objs = sorted(compute_stored_objects(sc))
     if objs:
         x, t, r = objs[d.integer(0, len(objs) - 1)]
-        picks = {(x, t, r)} if d.choice([True, True, False]) else {(x, t, rr) for rr in range(dcp)}
+        picks = {(x, t, r)} if d.choice([True, True, False]) else {(x, t, Rank(rr)) for rr in range(dcp)}
         sc = attrs.evolve(sc, evicted=frozenset(picks))
     return sc
 
@@ -255,9 +256,9 @@ def compute_boundary_classes(sc: Scenario, outcome: Outcome) -> tuple[str, ...]:
         out.append("hit a multiple of L")
     else:
         out.append("hit inside a block")
-    if h and any(t == h for _, t in outcome.tails):
+    if h and any(int(t) == int(h) for _, t in outcome.tails):
         out.append("hit at a tail key")
-    if h and any(t != h for _, t in outcome.tails):
+    if h and any(int(t) != int(h) for _, t in outcome.tails):
         out.append("tail key past the hit")
     mamba = [gr.block_size for gr in g.groups if gr.kind == "mamba"]
     if mamba and h and h % math.lcm(*mamba) == 0:
@@ -268,7 +269,7 @@ def compute_boundary_classes(sc: Scenario, outcome: Outcome) -> tuple[str, ...]:
         out.append("shared prefix")
     if sc.stored and sc.prompt > max(r.prompt for r in sc.stored):
         out.append("lookup longer than stored")
-    ranks = {(x, t): set() for x, t, _ in sc.evicted}
+    ranks: dict[tuple[int, int], set[int]] = {(x, t): set() for x, t, _ in sc.evicted}
     for x, t, r in sc.evicted:
         ranks[(x, t)].add(r)
     if any(len(rs) < g.parallel.dcp for rs in ranks.values()):

@@ -216,3 +216,21 @@ def test_keys_check_maps_a_dump_rendered_by_vllm(v, algo, lookahead, salt):
     assert rep["unmatched_hashes"] == 0 and rep["bad_lines"] == [] and not rep["warnings"]
     assert {(o["group"], o["boundary"]) for o in rep["objects"]} == set(stored)
     assert rep["outcome"]["hit_length"] > 0 and all(e["present"] for e in rep["outcome"]["load"])
+
+
+def test_the_docs_conform_vllm_blocks_print_what_they_show():
+    """The `$ .venv-vllm/bin/kvspec …` blocks of the docs (tests/test_docs.py checks the others), in this venv."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from .test_docs import ROOT, compare_block, iterate_blocks
+    blocks = iterate_blocks("$ .venv-vllm/bin/kvspec ")
+    assert blocks
+    for path, line, cmd, expected in blocks:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        r = subprocess.run([sys.executable, "-m", "kvspec.checks", *shlex.split(cmd)[1:]], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=900)
+        why = compare_block(expected, r.stdout)
+        assert why is None, f"{path}:{line} `{cmd}` drifted: {why}\n{r.stdout}"

@@ -10,5 +10,5 @@ ADAPTER = Injected(name="load-plan-without-dcp", when=lambda g, n: g.parallel.dc
                    plan_geometry=lambda g: attrs.evolve(g, parallel=Parallel(dcp=1)))
 
 
-def WHERE(sc):  # noqa: N802
+def WHERE(sc):
     return sc.geometry.parallel.dcp > 1

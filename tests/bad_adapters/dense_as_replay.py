@@ -9,5 +9,5 @@ ADAPTER = Injected(name="dense-stored-as-replay", when=lambda g, n: g.retention 
                    store_geometry=lambda g: attrs.evolve(g, retention="replay"))
 
 
-def WHERE(sc):  # noqa: N802
+def WHERE(sc):
     return sc.geometry.retention == "dense" and any(g.kind == "mamba" for g in sc.geometry.groups)

@@ -21,5 +21,5 @@ ADAPTER = Injected(name="draft-group-flag-ignored", when=_hidden, store_geometry
                    lookup_geometry=_first_flag_only, plan_geometry=_first_flag_only)
 
 
-def WHERE(sc):  # noqa: N802
+def WHERE(sc):
     return _hidden(sc.geometry)

@@ -7,5 +7,5 @@ ADAPTER = Injected(name="interleave-in-span", when=lambda g, n: g.parallel.inter
                    store_geometry=lambda g: scale_attention(g, g.parallel.interleave))
 
 
-def WHERE(sc):  # noqa: N802
+def WHERE(sc):
     return sc.geometry.parallel.interleave > 1

@@ -7,5 +7,5 @@ LIMIT = 1 << 17
 ADAPTER = Injected(name="lookup-capped-at-128k", when=lambda g, n: n > LIMIT, lookup_prompt=lambda n: min(n, LIMIT))
 
 
-def WHERE(sc):  # noqa: N802
+def WHERE(sc):
     return sc.prompt > LIMIT

@@ -6,5 +6,5 @@ RULES = "pr53324"
 ADAPTER = Injected(name="legacy-tail-at-dcp-16", when=lambda g, n: g.parallel.dcp >= 16, tail_at_hit=True)
 
 
-def WHERE(sc):  # noqa: N802 - the protocol's name
+def WHERE(sc):
     return sc.geometry.parallel.dcp >= 16

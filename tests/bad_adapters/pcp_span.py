@@ -13,5 +13,5 @@ ADAPTER = Injected(name="pcp-in-span", when=lambda g, n: g.parallel.pcp > 1, sto
                    lookup_geometry=_scaled, plan_geometry=_scaled)
 
 
-def WHERE(sc):  # noqa: N802
+def WHERE(sc):
     return sc.geometry.parallel.pcp > 1
