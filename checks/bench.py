@@ -278,6 +278,10 @@ def render_plot(path: str, rule_sets: tuple[str, ...] = MEASURED, step: int = 7)
 def format_bench(out: dict[str, Any]) -> str:
     """Return the readable summary of a bench run."""
     lines = []
+    if "calibration" in out:
+        c = out["calibration"]
+        lines.append(f"machine: {c['machine']}, {c['cores']} cores, Python {c['python']}; calibration loop "
+                     f"({c['loop']}) {c['loop_seconds']} s")
     for r in out.get("lookup", []):
         lines.append(f"lookup {r['rules']:<12} N={r['tokens']:>9}: {r['probes']} probes vs {r['baseline_probes']} "
                      f"({r['ratio']}x), {r['rounds']} rounds, identical to the spec: {r['identical']}")
@@ -308,8 +312,9 @@ def format_bench(out: dict[str, Any]) -> str:
 def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool = False,
               dcps: tuple[int, ...] | None = None, tokens: int | None = None, efficiency_only: bool = False,
               plot: str | None = None) -> int:
-    """Run the benches, print the summary (or the JSON object); return 0."""
-    out: dict[str, Any] = {}
+    """Run the benches, print the summary (or the JSON object) with this machine's calibration; return 0."""
+    from .calibration import measure_calibration
+    out: dict[str, Any] = {"calibration": measure_calibration()}
     if not transfer_only:
         out["efficiency"] = bench_efficiency(step=49 if quick else 7)
         out["conversations"] = bench_conversations(count=4 if quick else 12)

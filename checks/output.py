@@ -40,6 +40,7 @@ def write_output_file(path: str, data: str | bytes) -> None:
         try:
             with os.fdopen(fd, mode) as f:
                 f.write(data)
+            os.chmod(tmp, _file_mode(target))  # mkstemp's 0600 would outlive the rename
             os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -47,6 +48,16 @@ def write_output_file(path: str, data: str | bytes) -> None:
             raise
     except OSError as exc:
         raise SpecError(RULE_OUTPUT, f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _file_mode(target: Path) -> int:
+    """Return the mode the written file gets: the replaced file's, else 0666 less the process's umask."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def find_foreign_files(root: Path) -> list[Path]:

@@ -16,7 +16,19 @@ from kvspec.spec.scenario import Outcome, Scenario, compute_stored_objects
 from kvspec.spec.types import GroupId
 
 COLOURS = {"loaded": "#4caf50", "missing": "#e53935", "stored": "#90caf9", "absent": "#eeeeee"}
-ROW_H, LEFT, TOP, WIDTH = 18, 150, 40, 900
+LEGEND = {"loaded": "loaded (key present)", "missing": "missing: -704 at load", "stored": "stored, not loaded",
+          "absent": "absent"}
+ROW_H, TOP, WIDTH, CHAR_W = 18, 40, 900, 7  # CHAR_W: a generous width of one 11px monospace character
+
+
+def _label(kind: str, eagle: bool, gid: int, rank: int) -> str:
+    return f"group {gid} {kind}{' (EAGLE)' if eagle else ''} rank {rank}"
+
+
+def compute_ticks(extent: int, count: int = 8) -> list[int]:
+    """Return the token-axis ticks 0, s, 2s, … ≤ extent for the smallest s ∈ {1, 2, 5}·10^k with ≤ count steps."""
+    step = next(m * 10**k for k in range(40) for m in (1, 2, 5) if extent // (m * 10**k) <= count)
+    return list(range(0, extent + 1, step))
 
 
 def render_svg(scenario: Scenario, outcome: Outcome) -> str:
@@ -34,9 +46,11 @@ def render_svg(scenario: Scenario, outcome: Outcome) -> str:
         return round(LEFT + t * scale, 2)
 
     rows = [(gid, r) for gid in range(len(g.groups)) for r in compute_ranks(g)]
+    labels = [_label(g.groups[gid].kind, g.groups[gid].eagle, gid, r) for gid, r in rows]
+    LEFT = 20 + CHAR_W * max(len(t) for t in labels)  # every label fits whole
     parts: list[str] = []
-    height = TOP + ROW_H * len(rows) + 60
-    parts.append(f'<svg xmlns="http://www.w3.org/2000/svg" width="{LEFT + WIDTH + 40}" height="{height}" '
+    height = TOP + ROW_H * len(rows) + 100
+    parts.append(f'<svg xmlns="http://www.w3.org/2000/svg" width="{LEFT + WIDTH + 60}" height="{height}" '
                  f'font-family="monospace" font-size="11">')
     parts.append(f'<title>{escape(_title(scenario, outcome))}</title>')
     parts.append(f'<text x="10" y="16">{escape(_title(scenario, outcome))}</text>')
@@ -46,9 +60,8 @@ def render_svg(scenario: Scenario, outcome: Outcome) -> str:
             parts.append(f'<line class="unit" x1="{x(t)}" y1="{TOP - 4}" x2="{x(t)}" y2="{TOP}" stroke="#bbb"/>')
     for k, (gid, r) in enumerate(rows):
         y = TOP + k * ROW_H
-        gr = g.groups[gid]
         s = compute_span(g, GroupId(gid))
-        parts.append(f'<text x="10" y="{y + 13}">g{gid} {gr.kind[:4]}{"*" if gr.eagle else ""} r{r}</text>')
+        parts.append(f'<text class="row" x="10" y="{y + 13}">{escape(labels[k])}</text>')
         for b in range(-(-extent // s)):
             lo, hi = b * s, min((b + 1) * s, extent)
             e = planned.get((gid, b))
@@ -65,14 +78,30 @@ def render_svg(scenario: Scenario, outcome: Outcome) -> str:
                          f'<title>tail key B_{gid} = {bt}</title></path>')
     h = outcome.hit_length
     bottom = TOP + ROW_H * len(rows)
+    parts.append(f'<line class="axis" x1="{x(0)}" y1="{bottom + 2}" x2="{x(extent)}" y2="{bottom + 2}" stroke="#000"/>')
+    for t in compute_ticks(extent):  # the token axis
+        parts.append(f'<line class="tick" x1="{x(t)}" y1="{bottom + 2}" x2="{x(t)}" y2="{bottom + 6}" stroke="#000"/>'
+                     f'<text class="tick" x="{x(t)}" y="{bottom + 17}" text-anchor="middle">{t}</text>')
+    parts.append(f'<text x="{x(extent)}" y="{bottom + 30}" text-anchor="end">tokens</text>')
+    bottom += 20
     parts.append(f'<line class="hit" x1="{x(h)}" y1="{TOP - 8}" x2="{x(h)}" y2="{bottom + 4}" stroke="#000" '
                  f'stroke-width="2" stroke-dasharray="4,2"><title>hit length h = {h}</title></line>')
     anchor = "end" if x(h) > LEFT + 0.8 * WIDTH else "start"  # keep the label inside the picture
     parts.append(f'<text x="{x(h) + (-3 if anchor == "end" else 3)}" y="{bottom + 16}" text-anchor="{anchor}">'
                  f'h = {h}</text>')
+    ly = bottom + 34
     for k, (state, colour) in enumerate(COLOURS.items()):
-        parts.append(f'<rect x="{LEFT + k * 150}" y="{bottom + 30}" width="12" height="12" fill="{colour}" '
-                     f'stroke="#555"/><text x="{LEFT + k * 150 + 16}" y="{bottom + 40}">{state}</text>')
+        parts.append(f'<rect class="legend" x="{10 + k * 190}" y="{ly}" width="12" height="12" fill="{colour}" '
+                     f'stroke="#555"/><text x="{26 + k * 190}" y="{ly + 10}">{LEGEND[state]}</text>')
+    ly += 20
+    parts.append(f'<path class="legend" d="M16,{ly + 10} l-4,-5 h8 z" fill="#000"/>'
+                 f'<text x="26" y="{ly + 10}">tail key boundary B_g (the key its tail block loads under)</text>')
+    parts.append(f'<line class="legend" x1="{10 + 3 * 190}" y1="{ly}" x2="{10 + 3 * 190}" y2="{ly + 12}" '
+                 f'stroke="#000" stroke-width="2" stroke-dasharray="4,2"/>'
+                 f'<text x="{26 + 3 * 190}" y="{ly + 10}">hit length h</text>')
+    if extent // u <= 400:
+        parts.append(f'<line class="legend" x1="{10 + 4 * 190 - 40}" y1="{ly + 8}" x2="{10 + 4 * 190 - 40}" '
+                     f'y2="{ly + 12}" stroke="#bbb"/><text x="{26 + 4 * 190 - 40}" y="{ly + 10}">unit grid (u)</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 

@@ -173,9 +173,13 @@ def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = N
     if junit and os.path.isdir(junit):  # refused before the run, not after it
         from kvspec.spec.errors import SpecError
         raise SpecError("output-file", f"--junit {junit} is a directory; name a file")
-    t0 = time.perf_counter()
+    from .calibration import format_calibrated, measure_calibration, measure_cpu_seconds
+    calibration = measure_calibration()  # this machine, measured in the same run (checks/calibration.py)
+    t0, c0 = time.perf_counter(), measure_cpu_seconds()
     report = summarize(collect(fast, progress=progress, only=only, full=full), fast)
     report["wall_seconds"] = round(time.perf_counter() - t0, 2)
+    report["cpu_seconds"] = round(measure_cpu_seconds() - c0, 2)
+    report["calibration"] = calibration
     if junit:
         from .output import write_output_file
         os.makedirs(os.path.dirname(os.path.abspath(junit)), exist_ok=True)  # creates folders, replaces no file but it
@@ -184,6 +188,6 @@ def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = N
         print(json.dumps(report, indent=2))
     else:
         print(format_table(report))
-        print(f"wall time: {report['wall_seconds']} s")
+        print(format_calibrated(report["wall_seconds"], report["cpu_seconds"], calibration))
     sys.stdout.flush()
     return 0 if report["ok"] else 1

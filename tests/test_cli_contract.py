@@ -146,6 +146,13 @@ def test_svg_picture_marks_missing_loaded_and_hit(tmp_path, capsys):
     hit = root.find(".//s:line[@class='hit']", ns)
     assert hit is not None and "h = 48" in hit.find("s:title", ns).text
     assert len(root.findall(".//s:path[@class='tail']", ns)) == 4  # B_g on every (group, rank) row
+    texts = [t.text for t in root.iterfind(".//s:text", ns)]
+    assert "group 0 attention (EAGLE) rank 1" in texts and "group 1 mamba rank 0" in texts  # labels whole
+    width = float(root.get("width"))
+    assert all(float(r.get("x")) + float(r.get("width")) <= width for r in blocks)
+    assert {"0", "10", "20", "30", "40", "50"} <= set(texts) and "tokens" in texts  # a token axis
+    legend = " ".join(t for t in texts if t)
+    assert all(w in legend for w in ("loaded", "-704", "stored, not loaded", "absent", "tail key", "hit length"))
     rc, _, err = run(["explain", "--preset", "small-dcp2", "--stored-prompt", "57", "--prompt", "57",
                       "--svg", str(tmp_path / "no" / "dir.svg")], capsys)
     assert rc == 2 and "output-file" in err
