@@ -35,7 +35,7 @@ import attrs
 
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry
-from kvspec.spec.rules import STORE_PR53324, TAIL_HIT, get_rules
+from kvspec.spec.rules import STORE_PR53324, TAIL_HIT, compute_lookahead, get_rules
 
 Obj = tuple[int, int]  # (group id, boundary t): the object keyed H_t of that group
 
@@ -55,6 +55,12 @@ class EngineAdapter(Protocol):
                   rules: str) -> list[tuple[int, int, int]]: ...
 
 
+def compute_impl_store_rule(rules: str) -> str:
+    """Return the implementation's store rule (impl/engine.py STORE_RULES) for a rule set: read from its store-rule
+    field, never its name (impl/ knows no rule set)."""
+    return "pr53324" if get_rules(rules).store == STORE_PR53324 else "vllm-0.33.0"
+
+
 @attrs.frozen
 class ImplAdapter:
     """kvspec's implementation (impl/): its store rule, its probe-minimizing lookup over E, its load plan, each
@@ -65,16 +71,14 @@ class ImplAdapter:
     store_rule: str | None = None  # fix the store rule ("pr53324" or "vllm-0.33.0"); None: the rule set's
 
     def _store_rule(self, rules: str) -> str:
-        if self.store_rule is not None:
-            return self.store_rule
-        return "pr53324" if get_rules(rules).store == STORE_PR53324 else "vllm-0.33.0"
+        return self.store_rule if self.store_rule is not None else compute_impl_store_rule(rules)
 
     def _engine(self, geometry: Geometry, rules: str) -> Any:
         import torch
 
         from kvspec.impl.engine import RankEngine
         return RankEngine(geometry, 0, None, torch.device("cpu"), store_rule=self._store_rule(rules),
-                          lookahead=get_rules(rules).lookahead)
+                          lookahead=compute_lookahead(get_rules(rules), geometry))
 
     def store_objects(self, geometry: Geometry, prompt: int, rules: str) -> Iterable[Obj]:
         return self._engine(geometry, rules).plan_objects(prompt) if prompt > 0 else []
@@ -82,7 +86,7 @@ class ImplAdapter:
     def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int,
                rules: str) -> tuple[int, dict[int, int]]:
         from kvspec.impl.lookup import HybridLookup
-        hit, tails = HybridLookup(geometry, prompt, lookahead=get_rules(rules).lookahead).run(
+        hit, tails = HybridLookup(geometry, prompt, lookahead=compute_lookahead(get_rules(rules), geometry)).run(
             lambda objs: {o for o in objs if o in present}, legacy=self.legacy or get_rules(rules).tail_key == TAIL_HIT)
         return hit, {int(g): int(t) for g, t in tails}
 
@@ -139,7 +143,7 @@ SHOWN = 5  # disagreements the readable report prints (all are in --json)
 def compute_adapter_outcome(adapter: EngineAdapter, scenario: Any) -> dict[str, Any]:
     """Return what the adapter says for a scenario: E (from its own store rule), hit, tails, load keys."""
     g, rules = scenario.geometry, scenario.rules
-    lookahead = get_rules(rules).lookahead  # a key H_t names [0, t + λ)
+    lookahead = compute_lookahead(get_rules(rules), g)  # a key H_t names [0, t + λ)
     if scenario.objects is not None:
         stored = set(scenario.objects)
     else:

@@ -21,10 +21,13 @@ from typing import Any
 import attrs
 
 from kvspec.spec.presets import get_preset
-from kvspec.spec.rules import get_rules
+from kvspec.spec.rules import compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
-MEASURED = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead")  # the rule sets the bench compares
+from .adapters import compute_impl_store_rule
+from .rulesets import list_rules
+
+MEASURED = list_rules("bench")  # the rule sets the bench compares (checks/rulesets.py)
 
 
 def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
@@ -37,7 +40,7 @@ def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
         sc = Scenario(geometry=g, prompt=n, stored=(StoredRequest(prompt=n, shared=n),), rules=rules)
         spec = evaluate_scenario(sc)
         rounds: list[int] = []
-        lk = HybridLookup(g, n, lookahead=get_rules(rules).lookahead)
+        lk = HybridLookup(g, n, lookahead=compute_lookahead(get_rules(rules), g))
         t0 = time.perf_counter()
         present = {(int(gid), int(t)) for gid, t in spec.present}
 
@@ -112,7 +115,8 @@ def bench_transfer(dcp: int = 2, tokens: int = 16_384, repeats: int = 3, layout:
     width, mwidth = -(-per_token // 4), -(-lay.compute_state_bytes(dcp) // 4)
     plan = TransferPlan(tokens=tokens, mamba_width=mwidth, repeats=repeats)
     with tempfile.TemporaryDirectory(prefix="kvspec-tbench-") as wd, running_master(wd) as m:
-        job = Job(master=m.address, geometry=g, width=width, store_rule=rules, segment_bytes=1 << 30, transfer=plan)
+        job = Job(master=m.address, geometry=g, width=width, store_rule=compute_impl_store_rule(rules),
+                  segment_bytes=1 << 30, transfer=plan)
         ranks = run_ranks(job, dcp, timeout_s=600, workdir=wd, module="kvspec.impl.transfer_bench")
     iters = list(zip(*(r["rows"] for r in ranks)))
 

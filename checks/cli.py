@@ -409,6 +409,19 @@ def _conform(args: argparse.Namespace) -> int:
     if (args.engine is None) == (args.adapter is None):
         raise SpecError("cli-usage", "give exactly one of the engine (vllm) and --adapter MODULE:OBJECT")
     rules = args.rules or DEFAULT_RULES
+    if args.adapter is None and args.rules is None:  # the installed release's own rule set (checks/rulesets.py)
+        from importlib import metadata
+
+        from kvspec.checks.rulesets import find_oracle_rules
+        try:
+            version = metadata.version("vllm")
+        except metadata.PackageNotFoundError:
+            version = None
+        found = find_oracle_rules("vllm", version) if version else None
+        if version and found is None:
+            raise SpecError("conform-version", f"vLLM {version} is installed and no rule set names it as its oracle "
+                                               "(checks/rulesets.py); give --rules NAME to compare one anyway")
+        rules = found or rules
     if args.adapter is not None:
         _refuse_flags(args, "conform --adapter (it runs the vectors, then --examples searched scenarios)", ("count",))
         examples = 300 if args.examples is None else args.examples

@@ -191,7 +191,9 @@ def run_conformance(count: int = 2000, seed: int = 0, rules: str = RULES) -> dic
             bad.append({"fields": [f for f, ok in res.items() if not ok],
                         "case": None if case.scenario else case.geometry_args,
                         "command": format_command(case.scenario) if case.scenario else None})
-    return {"rules": rules, "vllm": "0.33.0", "seed": seed, "cases": n, "compared": compared, "agree": agree,
+    from importlib import metadata
+    return {"rules": rules, "vllm": metadata.version("vllm"), "seed": seed, "cases": n, "compared": compared,
+            "agree": agree,
             "kinds": kinds, "disagreements": bad, "ok": all(agree[f] == compared[f] for f in FIELDS),
             "seconds": round(time.perf_counter() - t0, 1)}
 

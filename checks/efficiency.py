@@ -14,6 +14,8 @@ rows state per rule set whether the property holds (or is refuted, with a runnab
 * ``MONO-MORE`` — storing one more request never lowers the hit.
 * ``CONTENT`` — every loaded byte equals what the reader computes itself (``spec/content.py``): the
   draft-KV hazard is a refutation under the legacy hashes, closed by hash lookahead.
+* ``SPLIT`` — a rule set whose λ applies only with a drafter (``vllm-0.34.0``) equals its predecessor
+  without one and its λ-everywhere sibling with one, scenario by scenario.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from kvspec.spec.content import compute_wrong_positions
 from kvspec.spec.geometry import Geometry, compute_lcm_span
 from kvspec.spec.invariants import compute_verdict_key
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
-from kvspec.spec.rules import compute_rule_geometry, get_rules
+from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
 from kvspec.spec.scenario import (
     Outcome,
     Scenario,
@@ -81,7 +83,7 @@ class Memo:
 def _physical_best(sc: Scenario) -> Tokens:
     rs = get_rules(sc.rules)
     return compute_physical_best(compute_rule_geometry(rs, sc.geometry), compute_scenario_present(sc),
-                                 Tokens(sc.prompt), rs.lookahead)
+                                 Tokens(sc.prompt), compute_lookahead(rs, sc.geometry))
 
 
 def iterate_best(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
@@ -93,7 +95,7 @@ def iterate_best(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
 
 def iterate_resend(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
     """Yield, per P up to 2L + 2u, whether an identical resend hits compute_resend_best."""
-    lookahead = get_rules(rules).lookahead
+    lookahead = compute_lookahead(get_rules(rules), g)
     for p in range(1, 2 * compute_lcm_span(g) + 2 * g.unit + 1):
         sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
         h, best = memo.hit(sc), int(compute_resend_best(g, Tokens(p), lookahead))
@@ -120,7 +122,7 @@ def iterate_mono_evict(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance
         stored = (StoredRequest(prompt=p, shared=p),)
         base = memo.hit(Scenario(geometry=g, prompt=p, stored=stored, rules=rules))
         rs = get_rules(rules)
-        for gid, t in sorted(compute_visible(compute_rule_store(rs, g, Tokens(p)), Tokens(p), rs.lookahead)):
+        for gid, t in sorted(compute_visible(compute_rule_store(rs, g, Tokens(p)), Tokens(p), compute_lookahead(rs, g))):
             sc = Scenario(geometry=g, prompt=p, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
             h = memo.hit(sc)
             yield Instance(h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}")
@@ -147,6 +149,33 @@ def iterate_content(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
         yield Instance(not wrong, sc, f"{len(wrong)} wrong positions (group, position): {list(wrong[:3])}")
 
 
+def compute_split_parents(rules: str) -> tuple[str, str]:
+    """Return (without a drafter, with one): the rule sets a drafter-scoped rule set must equal — its predecessor, and
+    the rule set that differs from it only in applying λ everywhere."""
+    from kvspec.spec.rules import LOOKAHEAD_ALWAYS, RULE_SETS
+    rs = get_rules(rules)
+    everywhere = [x for x in RULE_SETS.values() if x.lookahead_scope == LOOKAHEAD_ALWAYS and x.name != rs.name
+                  and attrs.evolve(rs, name=x.name, predecessor=x.predecessor, engine=x.engine, deltas=x.deltas,
+                                   lookahead_scope=LOOKAHEAD_ALWAYS) == x]
+    assert rs.predecessor is not None and len(everywhere) == 1, f"{rules} has no drafter split"
+    return rs.predecessor, everywhere[0].name
+
+
+def iterate_split(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+    """Yield, per scenario of the geometry's scope, whether a drafter-scoped rule set (vllm-0.34.0) gives exactly
+    its predecessor's outcome without an EAGLE-family drafter and its λ-everywhere sibling's with one (the case split
+    that carries both families' Z3 theorems over to it). Evaluated afresh, not through the memo: the verdict keys of
+    both sides are equal by construction, which is what is being checked."""
+    without, with_drafter = compute_split_parents(rules)
+    parent = with_drafter if any(x.eagle for x in g.groups) else without
+    for sc in iterate_scenarios(g, rules=rules):
+        mine, theirs = evaluate_scenario(sc), evaluate_scenario(attrs.evolve(sc, rules=parent))
+        same = (mine.present, mine.hit_length, mine.tails, mine.load) == \
+               (theirs.present, theirs.hit_length, theirs.tails, theirs.load)
+        yield Instance(same, sc, f"{rules}: h {mine.hit_length}, tails {list(mine.tails)}; {parent}: "
+                                 f"h {theirs.hit_length}, tails {list(theirs.tails)}")
+
+
 PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str, Memo], Iterator[Instance]]]] = {
     "BEST": ("h equals the physical best E allows (largest multiple of a below N every group can serve, tail keys up "
              "to ⌊N/u⌋·u); above it would be unsafe", iterate_best),
@@ -157,4 +186,7 @@ PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str, Memo], Iterator[Instan
     "MONO-MORE": ("storing one more request never lowers the hit", iterate_mono_more),
     "CONTENT": ("every loaded byte equals what the reader computes (attention at p on [0, p], draft at p on "
                 "[0, p + 1], Mamba after t on [0, t); spec/content.py)", iterate_content),
+    "SPLIT": ("the rule set's outcome is its predecessor's without an EAGLE-family drafter and its λ-everywhere "
+              "sibling's with one (E, h, tails, load plan), so both families' safety theorems hold for it",
+              iterate_split),
 }

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import attrs
 
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
-from kvspec.spec.rules import get_rules
+from kvspec.spec.rules import compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
 from kvspec.spec.types import Rank, Tokens
@@ -65,7 +65,7 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
         yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
         if evict and p >= 1:
             rs = get_rules(rules)
-            objs = compute_visible(compute_rule_store(rs, geometry, Tokens(p)), Tokens(p), rs.lookahead)
+            objs = compute_visible(compute_rule_store(rs, geometry, Tokens(p)), Tokens(p), compute_lookahead(rs, geometry))
             last = Rank(geometry.parallel.dcp - 1)
             for g, t in sorted(objs):
                 yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
@@ -134,5 +134,6 @@ class Scope:
 SCOPE_SMALL = Scope(name="small")  # EXHAUSTIVE: the registry under the PR's rules
 SCOPE_SMALL_VLLM = Scope(name="small-vllm", rules="vllm-0.33.0")  # the same under vLLM 0.33.0's rules
 SCOPE_SMALL_LOOKAHEAD = Scope(name="small-lookahead", rules="vllm-0.33.0-lookahead")  # and with hash lookahead
+SCOPE_SMALL_0_34 = Scope(name="small-0.34", rules="vllm-0.34.0")  # and under vLLM 0.34.0 (λ with a drafter only)
 SCOPE_FAILURE = Scope(name="failure", dcps=(1, 2, 4), units=(1, 2), max_q=3, evict=False)  # the failure closure
 SCOPE_MUTANTS = Scope(name="mutant-hunt", dcps=(2, 8, 4, 1))  # mutants: the DCP cases first, they catch soonest

@@ -138,8 +138,9 @@ def compute_key_report(geometry: Geometry, lines: Iterable[str], grammar: str = 
     boundary_of: dict[str, int] = {}
     algo = hash_algo or ("kvspec" if grammar == "kvspec" else "sha256")
     if tokens is not None:
-        from kvspec.spec.rules import get_rules
-        chain = compute_engine_chain(tokens, geometry.unit, algo, hash_seed, cache_salt, get_rules(rules).lookahead)
+        from kvspec.spec.rules import compute_lookahead, get_rules
+        chain = compute_engine_chain(tokens, geometry.unit, algo, hash_seed, cache_salt,
+                                     compute_lookahead(get_rules(rules), geometry))
         boundary_of = {h.hex(): (i + 1) * geometry.unit for i, h in enumerate(chain)}
     objects: list[dict[str, Any]] = []
     for (prefix, model, pp, group, h), ranks in sorted(holders.items(), key=lambda x: (x[0][3], boundary_of.get(x[0][4], 0),

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvspec.checks.adapters import compute_impl_store_rule
 from kvspec.impl.job import Job, encode_job
 from kvspec.spec.geometry import Geometry, Group, Parallel
 
@@ -109,7 +110,8 @@ def run_load(dcp: int = 2, streams: int = 16, seconds: float = 30.0, restart: bo
     lat: dict[str, list[float]] = {"store": [], "lookup": [], "load": [], "evict": []}
     lock = threading.Lock()
     with running_master(str(wd)) as m:
-        job = Job(master=m.address, geometry=geometry, width=4, model="kvspec-load", store_rule=rules, concurrency=16,
+        job = Job(master=m.address, geometry=geometry, width=4, model="kvspec-load", store_rule=compute_impl_store_rule(rules),
+                  concurrency=16,
                   segment_bytes=128 << 20)
         ranks = LoadRanks(job, dcp, wd)
         t0 = time.monotonic()

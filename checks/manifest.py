@@ -18,7 +18,15 @@ from typing import Any, Protocol, cast
 import attrs
 
 from .closed_form import VLLM_RULES
-from .exhaustive import SCOPE_FAILURE, SCOPE_MUTANTS, SCOPE_SMALL, SCOPE_SMALL_LOOKAHEAD, SCOPE_SMALL_VLLM, Scope
+from .exhaustive import (
+    SCOPE_FAILURE,
+    SCOPE_MUTANTS,
+    SCOPE_SMALL,
+    SCOPE_SMALL_0_34,
+    SCOPE_SMALL_LOOKAHEAD,
+    SCOPE_SMALL_VLLM,
+    Scope,
+)
 from .link import LINK_SCOPE, LINK_SCOPE_DRAFT, LinkScope
 
 Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
@@ -536,6 +544,7 @@ EFFICIENCY: tuple[tuple[str, str, str, int], ...] = (  # (property, rule set, ex
     ("CONTENT", "pr53324", "refuted", 7), ("CONTENT", "vllm-0.33.0", "refuted", 7),
     ("CONTENT", "vllm-0.33.0-lookahead", "holds", 7), ("BEST", "vllm-0.33.0-lookahead", "holds", 11),
     ("RESEND", "vllm-0.33.0-lookahead", "holds", 3), ("MONO-EVICT", "vllm-0.33.0-lookahead", "holds", 7),
+    ("SPLIT", "vllm-0.34.0", "holds", 3),
 )
 
 
@@ -546,7 +555,8 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     from .mutants import MUTANTS
     from .prove import compute_theorems
     out: list[Check] = [TheoremCheck(id=t.name) for t in compute_theorems() if full or not t.full_only]
-    exhaustive: tuple[tuple[str, Scope], ...] = (("EXHAUSTIVE", SCOPE_SMALL), ("EXHAUSTIVE/vllm-0.33.0", SCOPE_SMALL_VLLM))
+    exhaustive: tuple[tuple[str, Scope], ...] = (("EXHAUSTIVE", SCOPE_SMALL), ("EXHAUSTIVE/vllm-0.33.0", SCOPE_SMALL_VLLM),
+                                                 ("EXHAUSTIVE/vllm-0.34.0", SCOPE_SMALL_0_34))
     if full:  # the registry over the whole scope under the lookahead rule set too (its Z3 chain is in make verify)
         exhaustive += (("EXHAUSTIVE/vllm-0.33.0-lookahead", SCOPE_SMALL_LOOKAHEAD),)
     out += [ExhaustiveCheck(rows=exhaustive),

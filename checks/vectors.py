@@ -33,11 +33,14 @@ from kvspec.spec.failure import compute_loaded_prefix, compute_retry_cap, comput
 from kvspec.spec.geometry import Geometry, compute_group_ids, compute_lcm_span, make_geometry
 from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, compute_hash_at, compute_lookahead_chain
 from kvspec.spec.presets import get_preset
+from kvspec.spec.rules import get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, encode_outcome, encode_scenario, evaluate_scenario
 from kvspec.spec.types import Boundary
 
+from .rulesets import RULE_CHECKS, VECTORS_COUNTEREXAMPLES, get_rule_checks, list_rules
+
 FORMAT = 1
-SAFE_RULES = ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead")
+SAFE_RULES = list_rules("vectors")  # checks/rulesets.py: the rule sets with every suite
 Case = tuple[str, str, str, str, dict[str, Any], dict[str, Any]]  # runner, handler, suite, case, input, expected
 
 
@@ -144,8 +147,9 @@ def _keys(lookahead: int = 0) -> Iterator[Case]:
 
 
 def compute_cases(rules: str) -> Iterator[Case]:
-    """Yield every vector case of one rule set."""
-    if rules == "legacy":
+    """Yield every vector case of one rule set (checks/rulesets.py says which suites)."""
+    row = get_rule_checks(rules)
+    if row.vectors == VECTORS_COUNTEREXAMPLES:
         yield from _legacy()
         return
     yield from _worked(rules)
@@ -154,8 +158,8 @@ def compute_cases(rules: str) -> Iterator[Case]:
     yield from _mutant_counterexamples(rules)
     yield from _coverage(rules)
     yield from _failure(rules)
-    if rules != "pr53324":  # key strings from explicit token ids: the legacy hashes, and the lookahead ones
-        yield from _keys(1 if rules.endswith("lookahead") else 0)
+    if row.key_vectors:  # key strings from explicit token ids, at the rule set's λ (its lookahead when it has one)
+        yield from _keys(get_rules(rules).lookahead)
 
 
 def dump_json(value: Any) -> str:
@@ -167,7 +171,7 @@ def write_vectors(out: Path) -> dict[str, int]:
     """Write every rule set's vectors into the folder `out` (created; it must not hold a case already);
     return cases per rule set."""
     counts: dict[str, int] = {}
-    for rules in ("legacy", *SAFE_RULES):
+    for rules in (r.rules for r in RULE_CHECKS if r.vectors):
         n = 0
         for runner, handler, suite, case, inp, expected in compute_cases(rules):
             d = out / rules / runner / handler / suite / case

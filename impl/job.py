@@ -46,16 +46,13 @@ class ScenarioJob:
     seed: int
     prefix: str  # the scenario's key namespace (cache prefix)
     prompt: int
-    rules: str  # a rule set name; its store rule and legacy tail key select the engine's
-    lookahead: int = 0  # hash lookahead λ: keys name [0, t + λ)
+    rules: str  # the rule set's name, for reports only: what the engine does comes from the data fields below
+    store_rule: str = "pr53324"  # engine.STORE_RULES: the rule set's store rule
+    tail_at_hit: bool = False  # key the tail block at the hit (the legacy loader), else where it was stored
+    lookahead: int = 0  # hash lookahead λ on this geometry: keys name [0, t + λ)
     stored: tuple[tuple[int, int], ...] = ()  # (prompt, shared) per stored request
     predicted_keys: Mapping[int, tuple[str, ...]] = attrs.field(factory=dict)  # rank -> the spec's store keys
     faults: FaultPlan = FaultPlan()
-
-    @property
-    def store_rule(self) -> str:
-        """Return the engine's store rule for this scenario's rule set."""
-        return "vllm-0.33.0" if self.rules.startswith("vllm-0.33.0") else "pr53324"
 
 
 @attrs.frozen(kw_only=True)
@@ -98,7 +95,8 @@ def encode_job(job: Job) -> dict[str, Any]:
 
 def _encode_scenario(s: ScenarioJob) -> dict[str, Any]:
     f = s.faults
-    return {"seed": s.seed, "prefix": s.prefix, "prompt": s.prompt, "rules": s.rules, "lookahead": s.lookahead,
+    return {"seed": s.seed, "prefix": s.prefix, "prompt": s.prompt, "rules": s.rules, "store_rule": s.store_rule,
+            "tail_at_hit": s.tail_at_hit, "lookahead": s.lookahead,
             "stored": [list(r) for r in s.stored], "predicted_keys": _ranked(s.predicted_keys, str),
             "faults": {"evict_before_lookup": _ranked(f.evict_before_lookup, str),
                        "crash_after_store": f.crash_after_store,
@@ -131,7 +129,7 @@ def _obj(x: Any) -> Obj:
 def _decode_scenario(raw: Any, k: int) -> ScenarioJob:
     what = f"scenario {k}"
     d = _fields(raw, what, {"seed", "prefix", "prompt", "rules"},
-                {"lookahead", "stored", "predicted_keys", "faults"})
+                {"store_rule", "tail_at_hit", "lookahead", "stored", "predicted_keys", "faults"})
     fr = _fields(d.get("faults", {}), f"{what} faults", set(), set(attrs.fields_dict(FaultPlan)))
     faults = FaultPlan(
         evict_before_lookup=_decode_ranked(fr.get("evict_before_lookup", {}), "evict_before_lookup", str),
@@ -142,6 +140,7 @@ def _decode_scenario(raw: Any, k: int) -> ScenarioJob:
                                                    "evict_after_lookup_unforced", _obj),
         hold_before_load=fr.get("hold_before_load"), relookup=bool(fr.get("relookup", False)))
     return ScenarioJob(seed=int(d["seed"]), prefix=str(d["prefix"]), prompt=int(d["prompt"]), rules=str(d["rules"]),
+                       store_rule=str(d.get("store_rule", "pr53324")), tail_at_hit=bool(d.get("tail_at_hit", False)),
                        lookahead=int(d.get("lookahead", 0)),
                        stored=tuple((int(p), int(s)) for p, s in d.get("stored", [])),
                        predicted_keys=_decode_ranked(d.get("predicted_keys", {}), "predicted_keys", str),

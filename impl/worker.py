@@ -49,7 +49,7 @@ def run_scenario(pipe: RankPipeline, sc: ScenarioJob) -> dict[str, Any]:
     if f.crash_after_store == rank:
         os.kill(os.getpid(), signal.SIGKILL)
     pipe.barrier()
-    look = pipe.lookup(eng, base, legacy=sc.rules == "legacy")
+    look = pipe.lookup(eng, base, legacy=sc.tail_at_hit)
     res.update(hit=look.hit, tails=[list(t) for t in look.tails], rounds=look.rounds, probes=look.probes,
                lookup_error=look.error)
     chain = pipe.chain(eng, base)

@@ -17,7 +17,7 @@ from typing import Any
 
 from .geometry import Geometry
 from .ops import IntOps
-from .rules import get_rules
+from .rules import compute_lookahead, get_rules
 from .scenario import SPEC_STAGES, Outcome, Scenario
 from .store import Obj, compute_visible
 from .types import GroupId, Tokens
@@ -45,7 +45,7 @@ def compute_first_writers(scenario: Scenario) -> dict[Obj, int]:
     out: dict[Obj, int] = {}
     for k, r in enumerate(scenario.stored):
         for o in compute_visible(SPEC_STAGES.store(rules, scenario.geometry, Tokens(r.prompt)), Tokens(r.shared),
-                                 rules.lookahead):
+                                 compute_lookahead(rules, scenario.geometry)):
             out.setdefault(o, k)
     return out
 

@@ -29,7 +29,7 @@ from .failure import compute_loaded_prefix
 from .geometry import Geometry, compute_alignment, compute_group_ids, compute_span
 from .lookup import compute_best_hit, compute_group_present, compute_lookup, compute_tail_block
 from .ops import IntOps
-from .rules import compute_rule_geometry, get_rules
+from .rules import compute_lookahead, compute_rule_geometry, get_rules
 from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_scenario_present
 from .store import Obj
 from .types import GroupId, Tokens
@@ -81,7 +81,8 @@ def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
                                has=mine.__contains__))
     a = compute_alignment(g)
     rules = get_rules(scenario.rules)
-    best = compute_best_hit(compute_rule_geometry(rules, g), truth, Tokens(scenario.prompt), rules.lookahead)
+    best = compute_best_hit(compute_rule_geometry(rules, g), truth, Tokens(scenario.prompt),
+                            compute_lookahead(rules, g))
     return Witness(unit=g.unit, alignment=a, prompt=scenario.prompt, shared=compute_shared(scenario),
                    bound=scenario.prompt // a * a, hit=h, groups=tuple(views), best=best)
 
@@ -389,7 +390,8 @@ def compute_verdict_key(scenario: Scenario) -> tuple[Any, ...]:
     # of a scenario: scenarios with equal keys get equal verdicts (tests/test_spec_invariants.py); the shared prefix
     # is not in it, the invariants that read it (reads_shared) are judged per scenario
     rules = get_rules(scenario.rules)
-    return (scenario.geometry, compute_rule_geometry(rules, scenario.geometry), rules.tail_key, rules.lookahead,
+    return (scenario.geometry, compute_rule_geometry(rules, scenario.geometry), rules.tail_key,
+            compute_lookahead(rules, scenario.geometry),
             compute_scenario_present(scenario), scenario.prompt)
 
 
@@ -418,7 +420,7 @@ def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool
     mambas = compute_group_ids(g, "mamba")
     all_ok = all(ok)
     cap = stages.retry(0 if all_ok else 1, safe)
-    retry = (compute_retry_hit(g, present, Tokens(scenario.prompt), cap, rules.lookahead)
+    retry = (compute_retry_hit(g, present, Tokens(scenario.prompt), cap, compute_lookahead(rules, scenario.geometry))
              if cap is not None else h)  # the rule set's own lookup, capped
     return FailureWitness(
         alignment=compute_alignment(g), hit=h, safe=safe, all_ok=all_ok,

@@ -1,7 +1,9 @@
 """Rule sets: named, versioned variants of the spec, each a delta over its predecessor.
 
 Like a consensus spec's forks: ``legacy`` (the loader before vLLM PR #53324), ``pr53324`` (the
-PR's rules and its worked table) and ``vllm-0.33.0`` (what the shipped engine's connector does).
+PR's rules and its worked table), ``vllm-0.33.0`` (what that release's connector does),
+``vllm-0.33.0-lookahead`` (kvspec's proposal: lookahead hashes everywhere) and ``vllm-0.34.0`` (the
+release that shipped lookahead hashes where an EAGLE-family drafter needs them; the default).
 A rule set is one frozen value; the stages that differ between rule sets dispatch on its fields
 (store rule, tail key, configuration refusals, hash lookahead), nothing else.
 """
@@ -13,7 +15,7 @@ import functools
 import attrs
 
 from .errors import SpecError
-from .geometry import Geometry, compute_span
+from .geometry import Geometry, compute_span, has_eagle
 from .types import GroupId
 
 RULE_RULES = "rules"
@@ -24,6 +26,9 @@ STORE_VLLM_0_33 = "vllm-0.33.0"  # checkpoint C, attention published to C + proo
 
 TAIL_STORED = "stored"  # the tail block's key is the boundary it was stored at (B_g)
 TAIL_HIT = "hit"  # the tail block's key is H_h (the bug #53324 fixed)
+
+LOOKAHEAD_ALWAYS = "always"  # λ applies to every geometry (kvspec's proposal set)
+LOOKAHEAD_DRAFTER = "drafter"  # λ applies only where an EAGLE-family drafter needs the drop (vLLM 0.34.0); else 0
 
 CONFIG_KVSPEC = "kvspec"  # the geometry rules of spec/geometry.py only
 CONFIG_VLLM_0_33 = "vllm-0.33.0"  # plus what 0.33.0's configuration resolution refuses
@@ -49,6 +54,7 @@ class RuleSet:
     config: str
     lookahead: int  # tokens past a unit that its hash also covers (0: the legacy hashes)
     deltas: tuple[Delta, ...]
+    lookahead_scope: str = LOOKAHEAD_ALWAYS  # where λ applies: every geometry, or only one with an EAGLE-family drafter
 
 
 RULE_SETS: dict[str, RuleSet] = {
@@ -100,9 +106,25 @@ RULE_SETS: dict[str, RuleSet] = {
                        "token after the boundary, the one the drafter's last position read",
                   where="vllm/v1/core/sched/scheduler.py: use_eagle_block_drop = False when lookahead hashes are on"),
         )),
+    "vllm-0.34.0": RuleSet(
+        name="vllm-0.34.0", predecessor="vllm-0.33.0", engine="vLLM 0.34.0",
+        store=STORE_VLLM_0_33, tail_key=TAIL_STORED, config=CONFIG_VLLM_0_33, lookahead=1,
+        lookahead_scope=LOOKAHEAD_DRAFTER,
+        deltas=(
+            Delta(what="hash lookahead on the connector path: λ = 1 when an EAGLE-family drafter (EAGLE, EAGLE3, MTP: "
+                       "a group carrying the EAGLE flag) needs the block drop, else 0 (DSpark/DFlash and no drafter "
+                       "keep the legacy hashes); a key H_t then names tokens [0, t + λ)",
+                  where="vllm/config/vllm.py: _resolve_num_hash_lookahead_tokens; "
+                        "store/connector.py: supports_lookahead_block_hashes (True from 0.34.0)"),
+            Delta(what="with λ > 0 no EAGLE drop anywhere: checkpoint C = ⌊(P − λ)/u⌋·u, proof margin 0, replay "
+                       "boundaries and lookup without the drop (speculative_config.disable_lookahead_block_hashes "
+                       "restores 0.33.0's behaviour: --rules vllm-0.33.0)",
+                  where="store/coordinator.py: use_eagle = use_eagle and not num_hash_lookahead_tokens; "
+                        "drops_eagle_block"),
+        )),
 }
 
-DEFAULT_RULES = "vllm-0.33.0"  # the newest shipped rule set
+DEFAULT_RULES = "vllm-0.34.0"  # the newest shipped rule set
 
 
 def get_rules(name: str) -> RuleSet:
@@ -112,11 +134,19 @@ def get_rules(name: str) -> RuleSet:
     return RULE_SETS[name]
 
 
+def compute_lookahead(rules: RuleSet, geometry: Geometry) -> int:
+    """Return λ of a rule set on a geometry: rules.lookahead where its scope applies (every geometry, or one with an
+    EAGLE-family drafter), else 0."""
+    if rules.lookahead_scope == LOOKAHEAD_ALWAYS or has_eagle(geometry):
+        return rules.lookahead
+    return 0
+
+
 @functools.lru_cache(maxsize=4096)  # pure over frozen values: one geometry per (rule set, geometry)
 def compute_rule_geometry(rules: RuleSet, geometry: Geometry) -> Geometry:
     """Return the geometry a rule set's store rule and lookup run on: with hash lookahead (λ > 0) no group takes the
     EAGLE drop (the hash covers the drafter's next token), so the EAGLE flags are cleared; else the geometry."""
-    if rules.lookahead == 0 or not any(g.eagle for g in geometry.groups):
+    if compute_lookahead(rules, geometry) == 0 or not any(g.eagle for g in geometry.groups):
         return geometry
     return attrs.evolve(geometry, groups=tuple(attrs.evolve(g, eagle=False) for g in geometry.groups))
 

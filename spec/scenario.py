@@ -37,7 +37,7 @@ from .limits import (
 )
 from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
 from .plan import LoadEntry, plan_load
-from .rules import DEFAULT_RULES, RuleSet, check_config, compute_rule_geometry, get_rules
+from .rules import DEFAULT_RULES, RuleSet, check_config, compute_lookahead, compute_rule_geometry, get_rules
 from .store import Obj, RankObj, compute_present_after, compute_rank_objects, compute_rule_store, compute_visible
 from .types import Boundary, GroupId, Rank, Tokens
 
@@ -152,7 +152,8 @@ def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozense
 def _compute_stored_of(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
                        stages: Stages) -> frozenset[Obj]:
     rules = get_rules(rules_name)
-    sets = [compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared), rules.lookahead) for r in stored]
+    lookahead = compute_lookahead(rules, g)
+    sets = [compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared), lookahead) for r in stored]
     return sets[0] if len(sets) == 1 else frozenset().union(*sets)
 
 
@@ -184,7 +185,8 @@ def compute_scenario_lookup(scenario: Scenario, stages: Stages = SPEC_STAGES) ->
     rules = get_rules(scenario.rules)
     g = compute_rule_geometry(rules, scenario.geometry)
     present = compute_scenario_present(scenario, stages)
-    return g, present, stages.lookup(g, present, Tokens(scenario.prompt), lookahead=rules.lookahead)
+    return g, present, stages.lookup(g, present, Tokens(scenario.prompt),
+                                     lookahead=compute_lookahead(rules, scenario.geometry))
 
 
 def compute_hit(scenario: Scenario) -> Tokens:
@@ -197,7 +199,8 @@ def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES) -> Outco
     rules, n = get_rules(scenario.rules), Tokens(scenario.prompt)
     g, present, look = compute_scenario_lookup(scenario, stages)
     try:
-        tails = stages.tails(g, present, n, look.hit_length, rules.tail_key, rules.lookahead)
+        tails = stages.tails(g, present, n, look.hit_length, rules.tail_key,
+                             compute_lookahead(rules, scenario.geometry))
     except SpecError as err:
         return Outcome(present=present, lookup=look, tails=(), load=(), error=err)
     return Outcome(present=present, lookup=look, tails=tails,

@@ -21,7 +21,7 @@ from .geometry import (
     is_eagle_spec,
     is_fine,
 )
-from .rules import STORE_VLLM_0_33, RuleSet, compute_rule_geometry
+from .rules import STORE_VLLM_0_33, RuleSet, compute_lookahead, compute_rule_geometry
 from .types import Boundary, GroupId, Rank, Tokens
 
 Obj = tuple[GroupId, Boundary]  # a (group, boundary) object, all ranks
@@ -190,5 +190,6 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
 def compute_rule_store(rules: RuleSet, geometry: Geometry, prompt: Tokens) -> frozenset[Obj]:
     """Return the objects one request of P tokens stores under a rule set's store rule (on its rule geometry)."""
     if rules.store == STORE_VLLM_0_33:
-        return compute_store_boundaries_vllm(compute_rule_geometry(rules, geometry), prompt, rules.lookahead)
+        return compute_store_boundaries_vllm(compute_rule_geometry(rules, geometry), prompt,
+                                             compute_lookahead(rules, geometry))
     return compute_store_boundaries(geometry, prompt)

@@ -23,7 +23,7 @@ from .conftest import require
 ROOT = Path(__file__).parent.parent
 
 
-@pytest.mark.parametrize("rules", ["vllm-0.33.0", "pr53324", "vllm-0.33.0-lookahead"])
+@pytest.mark.parametrize("rules", ["vllm-0.33.0", "pr53324", "vllm-0.33.0-lookahead", "vllm-0.34.0"])
 def test_the_implementation_conforms_on_every_class(rules):
     require("torch")
     rep = run_adapter_conformance(IMPL, rules, examples=100)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from kvspec.spec.errors import SpecError
@@ -17,8 +18,9 @@ def resend(g, p: int, rules: str):
 
 
 def test_registry_and_lineage():
-    assert DEFAULT_RULES == "vllm-0.33.0"
-    assert [r.name for r in compute_lineage(get_rules("vllm-0.33.0"))] == ["legacy", "pr53324", "vllm-0.33.0"]
+    assert DEFAULT_RULES == "vllm-0.34.0"
+    assert [r.name for r in compute_lineage(get_rules("vllm-0.34.0"))] == ["legacy", "pr53324", "vllm-0.33.0",
+                                                                          "vllm-0.34.0"]
     for r in RULE_SETS.values():
         assert r.deltas and all(d.what and d.where for d in r.deltas)
     with pytest.raises(SpecError) as ei:
@@ -84,7 +86,7 @@ def test_scenario_json_names_its_rule_set():
         d = encode_outcome(sc, evaluate_scenario(sc))
         hits[sc.rules] = d["hit_length"]
         assert d["rules"] == sc.rules and d["version"] == RESULT_VERSION == 3
-    assert hits == {"vllm-0.33.0": 14848, "pr53324": 13824, "legacy": 13824}
+    assert hits == {"vllm-0.34.0": 14976, "pr53324": 13824, "legacy": 13824}  # {}: the default rule set
     for bad, rule in (({"rules": "vllm"}, "rules"), ({"rules": ["x"]}, "rules"),
                       ({"legacy": True, "rules": "pr53324"}, "scenario")):
         with pytest.raises(SpecError) as ei:
@@ -119,3 +121,39 @@ def test_registry_holds_for_the_shipped_rule_set_on_a_slice_of_the_exhaustive_sc
             assert out.error is None and not compute_violations(sc, out), sc
             n += 1
     assert n > 30_000
+
+
+def test_vllm_0_34_0_is_the_default_and_hits_14976_on_the_worked_example():
+    """vLLM 0.34.0 shipped lookahead hashes where an EAGLE-family drafter needs them (docs: vllm-0.34.md): Kimi-K3,
+    P = N = 15000 stores attention {12288, 14976} and Mamba {13824, 14976}, and hits 14976 (0.33.0: 14848)."""
+    from kvspec.spec.presets import get_preset
+    from kvspec.spec.rules import DEFAULT_RULES, compute_lookahead
+    from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
+    assert DEFAULT_RULES == "vllm-0.34.0"
+    g = get_preset("kimi-k3-dcp8")
+    sc = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),))
+    out = evaluate_scenario(sc)
+    assert sorted(out.present) == [(0, 12288), (0, 14976), (1, 13824), (1, 14976)]
+    assert out.hit_length == 14976 and sorted(out.tails) == [(0, 14976), (1, 14976)]
+    rs = get_rules("vllm-0.34.0")
+    assert compute_lookahead(rs, g) == 1
+    no_drafter = attrs.evolve(g, groups=tuple(attrs.evolve(x, eagle=False) for x in g.groups))
+    assert compute_lookahead(rs, no_drafter) == 0 and compute_lookahead(get_rules("vllm-0.33.0-lookahead"), no_drafter) == 1
+
+
+def test_the_drafter_split_has_power():
+    """SPLIT (make verify) compares 0.34.0 with its two parents scenario by scenario; a 0.34.0 that applied λ without a
+    drafter (kvspec's proposal set) is caught on a non-EAGLE geometry."""
+    from kvspec.checks.efficiency import Memo, iterate_split
+    from kvspec.spec.geometry import make_geometry
+    from kvspec.spec.rules import LOOKAHEAD_ALWAYS, RULE_SETS
+    plain = make_geometry(2, [("attention", 4, False), ("mamba", 4, False)], dcp=2)
+    eagle = make_geometry(2, [("attention", 4, True), ("mamba", 4, False)], dcp=2)
+    assert all(i.holds for g in (plain, eagle) for i in iterate_split(g, "vllm-0.34.0", Memo()))
+    wrong = attrs.evolve(RULE_SETS["vllm-0.34.0"], name="vllm-0.34.0-wrong", lookahead_scope=LOOKAHEAD_ALWAYS)
+    RULE_SETS[wrong.name] = wrong  # a port that applied λ without a drafter (kvspec's proposal set)
+    try:
+        assert not all(i.holds for i in iterate_split(plain, wrong.name, Memo()))
+        assert all(i.holds for i in iterate_split(eagle, wrong.name, Memo()))  # with a drafter the two agree
+    finally:
+        del RULE_SETS[wrong.name]

@@ -7,13 +7,14 @@ from typing import Any
 
 import attrs
 
+from kvspec.checks.adapters import compute_impl_store_rule
 from kvspec.impl.job import FaultPlan, Job, ScenarioJob
 from kvspec.impl.mooncake_store import OBJECT_NOT_FOUND
 from kvspec.impl.worker import make_tokens, request_tokens
 from kvspec.spec.failure import compute_safe_boundary
 from kvspec.spec.keys import compute_lookahead_chain, render_key
 from kvspec.spec.plan import plan_load_keys, plan_store_keys
-from kvspec.spec.rules import get_rules
+from kvspec.spec.rules import TAIL_HIT, compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, evaluate_scenario
 from kvspec.spec.store import compute_rule_store
 
@@ -33,7 +34,7 @@ def build_job(master: str, scenarios: list[Scenario], tag: str,
         prefix = f"{tag}-{seed}"
         base = make_tokens(seed, sc.prompt)
         predicted: dict[int, list[str]] = {}
-        lookahead = get_rules(sc.rules).lookahead
+        lookahead = compute_lookahead(get_rules(sc.rules), g)
         for k, r in enumerate(sc.stored):
             toks = request_tokens(base, seed * 1000 + k + 1, r.prompt, r.shared)
             chain = compute_lookahead_chain(toks, g.unit, lookahead)
@@ -41,7 +42,9 @@ def build_job(master: str, scenarios: list[Scenario], tag: str,
                                          prefix):
                 predicted.setdefault(int(rank), []).append(render_key(key))
         evict = (evict_after_lookup or [{}] * len(scenarios))[len(out)]
+        rs = get_rules(sc.rules)  # the rank job carries the rule set's data, not its name's meaning
         out.append(ScenarioJob(seed=seed, prefix=prefix, prompt=sc.prompt, rules=sc.rules, lookahead=lookahead,
+                               store_rule=compute_impl_store_rule(sc.rules), tail_at_hit=rs.tail_key == TAIL_HIT,
                                stored=tuple((r.prompt, r.shared) for r in sc.stored),
                                predicted_keys={r: tuple(ks) for r, ks in predicted.items()},
                                faults=FaultPlan(evict_after_lookup={r: tuple(o) for r, o in evict.items()})))
