@@ -33,7 +33,9 @@ from kvspec.spec.scenario import Outcome, Scenario, StoredRequest, compute_store
 from kvspec.spec.types import Rank
 
 DCPS = (1, 2, 3, 4, 8, 16, 32, 64)
-DRAFTERS = ("none", "eagle", "eagle+draft")  # no drafter; an EAGLE-family drafter (the drop); plus its own KV group
+# no drafter; an EAGLE-family drafter (EAGLE, EAGLE3, MTP: the drop); the same with its own draft KV group; a drafter
+# with its own KV group that takes no drop (DSpark, DFlash)
+DRAFTERS = ("none", "eagle", "eagle+draft", "draft-no-drop")
 MIXES = ("A", "M", "A+M", "A+A'+M", "A+M+M'")  # attention / Mamba groups; a prime marks a second block size
 MAX_UNIT = 1024
 MAX_BLOCK = 4096
@@ -123,7 +125,7 @@ def _multiple(d: Draw, step: int, top: int, large: bool = False) -> int:
 def draw_geometry(d: Draw, c: Class, rules: str, large: bool = False) -> Geometry | None:
     """Return a geometry of class c that the rule set accepts, or None when the class has none under it
     (large: block sizes of at least 1024 tokens, so that long prompts stay within BLOCKS blocks)."""
-    lone = c.mix in ("A", "M") and c.drafter != "eagle+draft"
+    lone = c.mix in ("A", "M") and c.drafter not in ("eagle+draft", "draft-no-drop")
     for attempt in range(2):
         u = d.choice([1, 2, 4, 8, 16, 64, 128, 256, 1024, d.integer(1, MAX_UNIT)])
         il = d.choice([2, 4, 8, 16]) if c.interleave else 1
@@ -135,8 +137,8 @@ def draw_geometry(d: Draw, c: Class, rules: str, large: bool = False) -> Geometr
         groups: list[Group] = []
         if c.mix != "M":
             groups.append(Group(kind="attention", block_size=b_a, eagle=c.drafter == "eagle"))
-        if c.drafter == "eagle+draft":
-            groups.append(Group(kind="attention", block_size=b_a, eagle=True))
+        if c.drafter in ("eagle+draft", "draft-no-drop"):
+            groups.append(Group(kind="attention", block_size=b_a, eagle=c.drafter == "eagle+draft"))
         if c.mix == "A+A'+M":
             groups.append(Group(kind="attention", block_size=_other(d, b_a, step_a), eagle=False))
         if "M" in c.mix:
@@ -236,8 +238,9 @@ def classify(sc: Scenario) -> Class:
     att = [gr for gr in g.groups if gr.kind == "attention"]
     mam = [gr for gr in g.groups if gr.kind == "mamba"]
     sizes = sorted({gr.block_size for gr in att})
-    draft = any(sum(1 for h in att if h.block_size == b) > 1 for b in sizes) and any(gr.eagle for gr in att)
-    drafter = "eagle+draft" if draft else ("eagle" if any(gr.eagle for gr in att) else "none")
+    draft = any(sum(1 for h in att if h.block_size == b) > 1 for b in sizes)
+    eagle = any(gr.eagle for gr in att)
+    drafter = ("eagle+draft" if eagle else "draft-no-drop") if draft else ("eagle" if eagle else "none")
     mix = "+".join(([("A" if len(sizes) == 1 else "A+A'")] if att else [])
                    + ([("M" if len({gr.block_size for gr in mam}) == 1 else "M+M'")] if mam else []))
     mix = {"A+A'+M+M'": "A+A'+M"}.get(mix, mix)

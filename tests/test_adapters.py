@@ -122,3 +122,16 @@ def test_the_example_adapter_runs_from_any_folder(tmp_path):
                         "--examples", "5"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "conforms on every claimed class" in r.stdout and "dcp        1:" in r.stdout
+
+
+def test_every_generated_scenario_lies_in_its_class():
+    """The coverage table is honest: classify() puts every scenario the generator draws for a class in that class,
+    and a rule set that cannot express a class (vLLM wants u = the span of a lone group) gets no scenario for it."""
+    from kvspec.checks.coverage import CLASSES, classify, compute_class_scenarios
+    for rules in ("pr53324", "vllm-0.34.0"):
+        empty = 0
+        for c in CLASSES:
+            scs = compute_class_scenarios(c, rules)
+            empty += not scs
+            assert all(classify(sc) == c for sc in scs), c
+        assert empty == (0 if rules == "pr53324" else 56)  # lone attention group, D > 1: 7 D x 2 drafters x 4
