@@ -97,7 +97,8 @@ def test_input_parity_flags(capsys):
 
 
 def test_why_line_names_the_capping_group(capsys):
-    rc, out, _ = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57", "--evict", "1:52"], capsys)
+    rc, out, _ = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57", "--evict", "1:52",
+                      "--rules", "vllm-0.33.0"], capsys)
     assert rc == 0 and "why: hit 0: spec group [1] (mamba)" in out and "evicted there: [52]" in out
     rc, out, _ = run(["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "1000000", "--prompt", "1000000",
                       "--rules", "pr53324"], capsys)

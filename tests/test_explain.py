@@ -40,8 +40,17 @@ def test_worked_example(capsys):
     assert d["error"] is None
 
 
-def test_worked_example_shipped_engine_is_the_default(capsys):
+def test_worked_example_newest_release_is_the_default(capsys):
+    """vLLM 0.34.0 (the default): lookahead keys, no EAGLE drop, checkpoint 14976, hit 14976."""
     d = run_json(capsys, *SHIPPED)
+    assert d["rules"] == "vllm-0.34.0"
+    assert by_group(d["stored"], 0) == [12288, 14976] and by_group(d["stored"], 1) == [13824, 14976]
+    assert d["hit_length"] == 14976
+    assert d["tail_boundaries"] == [{"group": 0, "boundary": 14976}, {"group": 1, "boundary": 14976}]
+
+
+def test_worked_example_vllm_0_33_0(capsys):
+    d = run_json(capsys, *SHIPPED, "--rules", "vllm-0.33.0")
     assert d["rules"] == "vllm-0.33.0"
     # 0.33.0 publishes the attention tail up to the checkpoint 14848 plus the EAGLE proof margin (one unit)
     assert by_group(d["stored"], 0) == [12288, 14976] and by_group(d["stored"], 1) == [14848]

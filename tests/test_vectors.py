@@ -109,3 +109,12 @@ def test_key_vectors_replay_through_the_hash_chain():
         assert all(exp[f"key_{n.replace('-', '_').replace('.', '_')}"] == r(key) for n, r in KEY_GRAMMARS.items())
         seen.add(lookahead)
     assert seen == {0, 1}
+
+
+def test_the_schemas_name_every_rule_set():
+    """A rule set added to spec/rules.py is a valid `rules` value of every schema that lists them."""
+    from kvspec.spec.rules import DEFAULT_RULES, RULE_SETS
+    for name in ("outcome.schema.json", "scenario.schema.json", "vector-meta.schema.json"):
+        rules = json.loads((SCHEMAS / name).read_text())["properties"]["rules"]
+        assert rules["enum"] == list(RULE_SETS), name
+        assert rules.get("default", DEFAULT_RULES) == DEFAULT_RULES, name

@@ -90,7 +90,10 @@ def test_cli_explains_a_vllm_config(tmp_path, capsys):
     rc, out, _ = run(["explain", "--from-vllm", str(f), "--stored-prompt", "15000", "--prompt", "15000", "--json"],
                      capsys)
     doc = json.loads(out)
-    assert rc == 0 and doc["hit_length"] == 14848 and doc["from_vllm"]["mapping"][0]["field"] == "store path"
+    assert rc == 0 and doc["hit_length"] == 14976 and doc["from_vllm"]["mapping"][0]["field"] == "store path"  # 0.34.0
+    rc, out, _ = run(["explain", "--from-vllm", str(f), "--stored-prompt", "15000", "--prompt", "15000", "--json",
+                      "--rules", "vllm-0.33.0"], capsys)
+    assert rc == 0 and json.loads(out)["hit_length"] == 14848
     # groups from --group KIND when the file does not list them; every other geometry flag is refused
     f.write_text(json.dumps({k: v for k, v in KIMI.items() if k != "kv_cache_groups"}))
     rc, out, _ = run(["explain", "--from-vllm", str(f), "--group", "attention", "--group", "gdn", "--prompt", "99",
