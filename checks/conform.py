@@ -17,11 +17,11 @@ import attrs
 
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_spans
-from kvspec.spec.keys import KEY_GRAMMARS, compute_hash_chain
+from kvspec.spec.keys import KEY_GRAMMARS, compute_lookahead_chain
 from kvspec.spec.limits import compute_longest_prompt
 from kvspec.spec.plan import plan_load_keys
 from kvspec.spec.presets import get_preset
-from kvspec.spec.rules import get_rules
+from kvspec.spec.rules import compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored_objects, evaluate_scenario
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
 from kvspec.spec.types import Tokens
@@ -146,11 +146,13 @@ def compare_case(case: Case, v: Any) -> dict[str, bool]:
     g = sc.geometry
     out = evaluate_scenario(sc)
     spec_stored: set[Any] = set()
+    rs = get_rules(sc.rules)
+    lam = compute_lookahead(rs, g)  # the spec's λ: the keys below are hashed as the spec says they are
     for r in sc.stored:
-        spec_stored |= compute_visible(compute_rule_store(get_rules(sc.rules), g, Tokens(r.prompt)), Tokens(r.shared))
+        spec_stored |= compute_visible(compute_rule_store(rs, g, Tokens(r.prompt)), Tokens(r.shared), lam)
     from .vllm_oracle import MODEL, scenario_tokens
     tokens, _ = scenario_tokens(sc)
-    chain = compute_hash_chain(tokens, g.unit)
+    chain = compute_lookahead_chain(tokens, g.unit, lam)
     render = KEY_GRAMMARS["vllm-0.33.0"]
     spec_keys = tuple((rank, render(k)) for rank, k in plan_load_keys(g, out.load, chain, MODEL))
     spec_keys = tuple(sorted(spec_keys, key=lambda x: x[0]))  # rank-major, plan order within a rank

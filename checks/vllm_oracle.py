@@ -39,29 +39,53 @@ import attrs
 
 from kvspec.impl.mooncake_store import OBJECT_NOT_FOUND
 from kvspec.spec.geometry import Geometry, compute_span
-from kvspec.spec.keys import compute_hash_chain
+from kvspec.spec.keys import compute_lookahead_chain
 from kvspec.spec.scenario import Scenario
 from kvspec.spec.store import Obj, compute_visible
 from kvspec.spec.types import Boundary, GroupId, Tokens
 
-VLLM_VERSION = "0.33.0"
+VLLM_VERSION = "0.33.0"  # the release this oracle was written against; RELEASES lists every one it drives
 MODEL = "kvspec-oracle"
 _STORE = "vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store"
 
 
+@attrs.frozen(kw_only=True)
+class Release:
+    """What differs in how the oracle reaches one vLLM release's code: where names live and what the stand-ins
+    must carry. Each field is a shim named by the vLLM change that needed it; none replaces a vLLM decision."""
+
+    version: str
+    key_module: str  # where KeyMetadata / PoolKey live ("data"; 0.34.0 moved them to store/layout.py)
+    tracker_takes_hash_block_size: bool  # ReqMeta.from_request_tracker(…, hash_block_size) (0.34.0)
+    worker_reads_pp_rank: bool  # MooncakeStoreWorker reads self.pp_rank and self._selective_lease (0.34.0)
+    resolves_hash_lookahead: bool  # VllmConfig.num_hash_lookahead_tokens, resolved by vLLM's own
+    #                                _resolve_num_hash_lookahead_tokens on the stand-in (0.34.0: lookahead on
+    #                                the connector path); the coordinator and the chains then use that λ
+
+
+RELEASES: dict[str, Release] = {
+    "0.33.0": Release(version="0.33.0", key_module="data", tracker_takes_hash_block_size=False,
+                      worker_reads_pp_rank=False, resolves_hash_lookahead=False),
+    "0.34.0": Release(version="0.34.0", key_module="layout", tracker_takes_hash_block_size=True,
+                      worker_reads_pp_rank=True, resolves_hash_lookahead=True),
+}
+
+
 def load_vllm() -> types.SimpleNamespace:
-    """Return the vLLM modules the oracle drives; raise ImportError unless vllm 0.33.0 is importable."""
+    """Return the vLLM modules the oracle drives and its Release; raise ImportError unless a release in RELEASES
+    is importable."""
     import importlib
 
     import vllm
-    if vllm.__version__ != VLLM_VERSION:
-        raise ImportError(f"the oracle drives vllm {VLLM_VERSION}, found {vllm.__version__}")
+    release = RELEASES.get(vllm.__version__)
+    if release is None:
+        raise ImportError(f"the oracle drives vllm {', '.join(RELEASES)}, found {vllm.__version__}")
     mods = {name: importlib.import_module(path) for name, path in {
         "iface": "vllm.v1.kv_cache_interface", "utils": "vllm.v1.core.kv_cache_utils",
         "coord_core": "vllm.v1.core.kv_cache_coordinator", "managers": "vllm.v1.core.single_type_kv_cache_manager",
         "coord": f"{_STORE}.coordinator", "data": f"{_STORE}.data", "worker": f"{_STORE}.worker",
-        "scheduler": f"{_STORE}.scheduler"}.items()}
-    return types.SimpleNamespace(**mods)
+        "scheduler": f"{_STORE}.scheduler", "keys": f"{_STORE}.{release.key_module}"}.items()}
+    return types.SimpleNamespace(**mods, release=release)
 
 
 class Refused(Exception):
@@ -102,16 +126,28 @@ class Answer:
 
 
 def _vllm_config(v: types.SimpleNamespace, g: Geometry, eagle: bool) -> Any:
-    """Return the stand-in for VllmConfig: only the fields the driven functions read."""
-    spec_config = types.SimpleNamespace(use_eagle_block_drop=lambda: eagle)
-    return types.SimpleNamespace(
+    """Return the stand-in for VllmConfig: only the fields the driven functions read. With a release that resolves
+    hash lookahead, λ comes from vLLM's own VllmConfig._resolve_num_hash_lookahead_tokens on this stand-in (the
+    EAGLE speculator's config from vLLM's get_method_config_class; the connector's support from its factory)."""
+    spec_config = types.SimpleNamespace(use_eagle_block_drop=lambda: eagle, method="eagle", custom_method=None,
+                                        draft_model_config=None, num_speculative_tokens=1,
+                                        disable_lookahead_block_hashes=False)
+    cfg = types.SimpleNamespace(
         cache_config=types.SimpleNamespace(block_size=g.groups[0].block_size, prefix_match_unit=g.unit,
                                            enable_prefix_caching=True, mamba_cache_mode="align"),
         parallel_config=types.SimpleNamespace(decode_context_parallel_size=g.parallel.dcp,
                                               prefill_context_parallel_size=g.parallel.pcp),
         kv_transfer_config=types.SimpleNamespace(kv_connector="MooncakeStoreConnector", kv_role="kv_both",
-                                                 kv_connector_extra_config={}),
+                                                 kv_connector_extra_config={}, kv_connector_module_path=None),
         speculative_config=spec_config if eagle else None)
+    cfg.num_hash_lookahead_tokens = 0
+    if v.release.resolves_hash_lookahead:
+        from vllm.config.vllm import VllmConfig
+        from vllm.v1.worker.gpu.spec_decode.speculator_config import get_method_config_class
+        spec_config.speculator_config = get_method_config_class(spec_config)(spec_config)
+        cfg.num_prefill_lookahead_tokens = VllmConfig.num_prefill_lookahead_tokens.fget(cfg)
+        cfg.num_hash_lookahead_tokens = VllmConfig._resolve_num_hash_lookahead_tokens(cfg)
+    return cfg
 
 
 def _spec(v: types.SimpleNamespace, kind: str, block_size: int) -> Any:
@@ -143,17 +179,18 @@ class Engine:
         self.coord = v.coord.MooncakeStoreCoordinator.from_kv_cache_config(self.config, self.vllm_config, self.lcm,
                                                                             self.unit)
         self.ranks = tuple(range(g.parallel.dcp))
+        self.lookahead = int(self.vllm_config.num_hash_lookahead_tokens)  # λ as vLLM resolved it (0 before 0.34.0)
 
     # ------------------------------------------------------------------ keys
     def key_metadata(self, rank: int, group: int, prefix: str = "") -> Any:
         """Return vLLM's KeyMetadata of one rank's keys of one group (DCP rank = TP rank under DCP)."""
-        return self.v.data.KeyMetadata(model_name=MODEL, tp_rank=rank, pcp_rank=0,
+        return self.v.keys.KeyMetadata(model_name=MODEL, tp_rank=rank, pcp_rank=0,
                                        dcp_rank=rank if self.g.parallel.dcp > 1 else 0, pp_rank=0,
                                        group_id=group, cache_prefix=prefix)
 
     def key(self, rank: int, group: int, chain: Sequence[bytes], boundary: int) -> str:
         """Return the key string vLLM writes for one rank's shard of (group, boundary)."""
-        pk = self.v.data.PoolKey(self.key_metadata(rank, group), chain[boundary // self.unit - 1].hex())
+        pk = self.v.keys.PoolKey(self.key_metadata(rank, group), chain[boundary // self.unit - 1].hex())
         return str(pk.to_string())
 
     def token_dbs(self, rank: int) -> list[Any]:
@@ -193,9 +230,10 @@ class Engine:
         block_ids = tuple(list(range(1, -(-prompt // s) + 2)) for s in sizes)
         tracker = v.data.RequestTracker(req_id="r", token_len=prompt, allocated_block_ids=block_ids,
                                         prefill_end_tokens=prompt)
+        extra = {"hash_block_size": self.unit} if v.release.tracker_takes_hash_block_size else {}
         meta = v.data.ReqMeta.from_request_tracker(tracker, self.lcm, block_hashes=list(chain),
                                                    save_partial_tail=coord.enable_partial_hash_hits,
-                                                   num_prompt_tokens=prompt)
+                                                   num_prompt_tokens=prompt, **extra)
         if meta is not None and meta.can_save:
             masks = coord.store_mask(meta.token_len_chunk, 0, num_prompt_tokens=prompt)
             for gid, s in enumerate(sizes):
@@ -219,6 +257,8 @@ class Engine:
         w.token_dbs = self.token_dbs(rank)
         w.tp_size = w.dcp_size = self.g.parallel.dcp
         w.pcp_size = w.pp_size = 1
+        if self.v.release.worker_reads_pp_rank:
+            w.pp_rank, w._selective_lease = 0, None  # one PP stage; the opt-in selective lease off (its default)
         w._group_tp_replication_factors = tuple(1 for _ in self.groups)
         w._record_kv_connector_operation = lambda *a, **k: None  # metrics only
         w._init_lookup_key_prefixes()
@@ -253,7 +293,7 @@ class Engine:
         objs: set[Obj] = set()
         keys: set[str] = set()
         for r, chain in zip(scenario.stored, chains):
-            mine = compute_visible(self.store_objects(r.prompt, chain), Tokens(r.shared))
+            mine = compute_visible(self.store_objects(r.prompt, chain), Tokens(r.shared), self.lookahead)
             objs |= mine
             keys |= {self.key(rank, g, lookup_chain, t) for g, t in mine for rank in self.ranks}
         keys -= {self.key(rank, g, lookup_chain, t) for g, t, rank in scenario.evicted}
@@ -273,8 +313,9 @@ def compute_answer(scenario: Scenario, v: types.SimpleNamespace | None = None) -
     except Refused as exc:
         return Answer(refused=exc.reason, stored=frozenset(), hit=0, tails=(), load_keys=())
     lookup_tokens, chains = scenario_tokens(scenario)
-    return eng.answer(scenario, [compute_hash_chain(t, scenario.geometry.unit) for t in chains],
-                      compute_hash_chain(lookup_tokens, scenario.geometry.unit))
+    u, lam = scenario.geometry.unit, eng.lookahead  # with λ > 0 only ⌊(n − λ)/u⌋ hashes of a request exist
+    return eng.answer(scenario, [compute_lookahead_chain(t, u, lam) for t in chains],
+                      compute_lookahead_chain(lookup_tokens, u, lam))
 
 
 def request_tokens(length: int, seed: int = 7) -> list[int]:
@@ -302,7 +343,7 @@ def _engine(geometry: Geometry) -> Engine:
 
 def _chain(geometry: Geometry, length: int) -> list[bytes]:
     """Return the hash chain of the lookup request's first `length` tokens (kvspec's request model)."""
-    return list(compute_hash_chain(request_tokens(length), geometry.unit))
+    return list(compute_lookahead_chain(request_tokens(length), geometry.unit, _engine(geometry).lookahead))
 
 
 @attrs.frozen

@@ -207,7 +207,9 @@ class RankEngine:
         for i, gr in enumerate(g.groups):
             s = self.spans[i]
             if gr.kind == "attention":
-                objs.update((i, k) for k in range(s, n_prompt // lcm * lcm + 1, s))
+                # whole scheduler blocks whose hashes exist (with λ: the last hash needs the λ tokens after it)
+                hashed = max(n_prompt - self.lookahead, 0) // u * u
+                objs.update((i, k) for k in range(s, min(n_prompt, hashed) // lcm * lcm + 1, s))
                 spec_eagle = self.drop and any(x.eagle for x in g.groups
                                                if (x.kind, x.block_size) == ("attention", gr.block_size))
                 margin = (u if s > u else s) if spec_eagle else 0

@@ -160,9 +160,10 @@ def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens) ->
 
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
 def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> frozenset[Obj]:
-    """Return every (group, boundary) object one request of P tokens stores under vLLM 0.33.0's connector."""
+    """Return every (group, boundary) object one request of P tokens stores under vLLM 0.33.0's connector (the
+    positional save ends at the last whole L-block with its hashes: ⌊min(⌊P/L⌋·L, hashed)/L⌋·L)."""
     hashed = compute_hashed_length(geometry, prompt, lookahead)
-    full = min(compute_full_boundary(geometry, prompt), hashed)
+    full = min(compute_full_boundary(geometry, prompt), hashed // compute_lcm_span(geometry) * compute_lcm_span(geometry))
     c = compute_checkpoint(geometry, prompt, lookahead)
     has_c = 0 < c <= hashed
     lcm = compute_lcm_span(geometry)

@@ -157,3 +157,14 @@ def test_the_drafter_split_has_power():
         assert all(i.holds for i in iterate_split(eagle, wrong.name, Memo()))  # with a drafter the two agree
     finally:
         del RULE_SETS[wrong.name]
+
+
+def test_lookahead_save_ends_at_the_last_hashed_scheduler_block():
+    """vLLM 0.34.0 (found by its own code): with λ = 1 a 3-token prompt on L = 3 has 2 hashes, so no whole
+    scheduler block is hashed and the draft group's 1-token blocks are not saved; at 4 tokens they are (3 hashes)."""
+    from kvspec.spec.geometry import make_geometry
+    from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
+    g = make_geometry(1, [("attention", 3, False), ("mamba", 1, False), ("attention", 1, True)], retention="dense")
+    for p, want in ((3, [(1, 1), (1, 2)]), (4, [(0, 3), (1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)])):
+        sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules="vllm-0.34.0")
+        assert sorted(evaluate_scenario(sc).present) == want
