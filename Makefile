@@ -9,9 +9,13 @@ PROFILE ?= ci
 TORCH_INDEX ?=
 PIP_LOCKED = pip install -q --require-hashes $(TORCH_INDEX)
 
-# The vLLM 0.33.0 oracle lives in its own venv: vllm from its wheel without its dependency tree.
+# Each vLLM release's oracle lives in its own venv: vllm from its wheel without its dependency tree, over the same
+# oracle lock. Adding a release: its wheel lock, a venv here, a row in checks/rulesets.py, a Release entry in
+# checks/vllm_oracle.py (checks/README.md, "Following a vLLM release").
 VVENV   := .venv-vllm
 VSTAMP  := $(VVENV)/.kvspec-installed
+VVENV34 := .venv-vllm-0.34.0
+VSTAMP34 := $(VVENV34)/.kvspec-installed
 UV      ?= $(BIN)/uv
 UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-platform x86_64-manylinux_2_28 \
              --index-url https://pypi.org/simple --no-header --annotation-style line
@@ -46,7 +50,14 @@ $(VSTAMP): pyproject.toml requirements/vllm-oracle.lock requirements/vllm-wheel.
 	$(VVENV)/bin/pip install -q --no-deps -e .
 	@touch $(VSTAMP)
 
-vllm-venv: $(VSTAMP)
+$(VSTAMP34): pyproject.toml requirements/vllm-oracle.lock requirements/vllm-0.34.0-wheel.lock
+	@[ -x $(VVENV34)/bin/python ] || $(PY) -m venv $(VVENV34)
+	$(VVENV34)/bin/$(PIP_LOCKED) -r requirements/vllm-oracle.lock
+	$(VVENV34)/bin/$(PIP_LOCKED) --no-deps -r requirements/vllm-0.34.0-wheel.lock
+	$(VVENV34)/bin/pip install -q --no-deps -e .
+	@touch $(VSTAMP34)
+
+vllm-venv: $(VSTAMP) $(VSTAMP34)
 
 verify: $(STAMP)
 	$(BIN)/python -m kvspec.checks verify $(VERIFY_ARGS)
@@ -73,13 +84,23 @@ test-live: $(STAMP)
 soak: $(STAMP)
 	$(PYTEST) -s -m soak tests/test_load.py
 
-# vLLM 0.33.0's own code as the oracle of the vllm-0.33.0 rule set (tests/test_vllm_conformance.py)
-test-vllm: $(VSTAMP)
-	HYPOTHESIS_PROFILE=$(PROFILE) $(VVENV)/bin/python -m pytest -q --timeout=900 $(PYTEST_ARGS) -m vllm \
-	  tests/test_vllm_conformance.py
+# Each release's own code as the oracle of its rule set (tests/test_vllm_conformance.py), the releases in parallel
+# (one core each); each run's output follows when both have ended. VLLM_JUNIT=PREFIX writes PREFIX-<release>.xml.
+VLLM_JUNIT ?=
+VLLM_PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) python -m pytest -q --timeout=900 $(PYTEST_ARGS) -m vllm
+test-vllm: $(VSTAMP) $(VSTAMP34)
+	@mkdir -p .cache; rc=0; pids=""; \
+	for pair in 0.33.0:$(VVENV) 0.34.0:$(VVENV34); do r=$${pair%%:*}; venv=$${pair#*:}; \
+	  junit="$(if $(VLLM_JUNIT),--junitxml=$(VLLM_JUNIT)-$$r.xml)"; \
+	  (PATH=$$venv/bin:$$PATH $(VLLM_PYTEST) $$junit tests/test_vllm_conformance.py > .cache/test-vllm-$$r.log 2>&1; \
+	   echo $$? > .cache/test-vllm-$$r.rc) & pids="$$pids $$!"; done; \
+	wait $$pids; \
+	for r in 0.33.0 0.34.0; do echo "== vLLM $$r (.cache/test-vllm-$$r.log)"; cat .cache/test-vllm-$$r.log; \
+	  [ "$$(cat .cache/test-vllm-$$r.rc)" = 0 ] || rc=1; done; exit $$rc
 
-conform: $(VSTAMP)
+conform: $(VSTAMP) $(VSTAMP34)
 	$(VVENV)/bin/kvspec conform vllm
+	$(VVENV34)/bin/kvspec conform vllm
 
 test-fast: $(STAMP)
 	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -x -m "not live and not slow and not vllm and not soak" tests
@@ -124,6 +145,7 @@ lock:
 	$(UV_COMPILE) --python-version 3.12 requirements/gpu.in -o requirements/gpu.lock
 	$(UV_COMPILE) --python-version 3.11 $(CPU_TORCH_SOURCE) requirements/vllm-oracle.in -o requirements/vllm-oracle.lock
 	$(UV_COMPILE) --python-version 3.11 --no-deps requirements/vllm-wheel.in -o requirements/vllm-wheel.lock
+	$(UV_COMPILE) --python-version 3.11 --no-deps requirements/vllm-0.34.0-wheel.in -o requirements/vllm-0.34.0-wheel.lock
 
 clean:
-	rm -rf $(VENV) $(VVENV) .cache .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(VVENV) $(VVENV34) .cache .pytest_cache .hypothesis build *.egg-info

@@ -356,7 +356,7 @@ class VllmAdapter:
     boundary B is block B/s − 1, and a group's tail key is its hit's last block, ⌈h/s⌉ − 1.
     """
 
-    name: str = "vllm-0.33.0"
+    name: str = "vllm (its own code, the installed release)"
 
     def store_objects(self, geometry: Geometry, prompt: int, rules: str = "vllm-0.33.0") -> Iterable[Obj]:
         if prompt <= 0:
@@ -377,7 +377,7 @@ class VllmAdapter:
     def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int], present: frozenset[Obj] = frozenset(),
                   rules: str = "vllm-0.33.0") -> list[tuple[int, int, int]]:
         eng = _engine(geometry)
-        chain = _chain(geometry, max([hit, *tails.values()]))
+        chain = _chain(geometry, max([hit, *tails.values()]) + eng.lookahead)  # with λ: the hash at t needs t + λ tokens
         by_key = {eng.key(0, g, chain, (i + 1) * eng.unit): (g, (i + 1) * eng.unit)
                   for g in range(len(geometry.groups)) for i in range(len(chain))}
         out = []  # the gets do not depend on E (a missing key is a failed get): a store holding every key records them

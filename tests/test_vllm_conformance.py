@@ -1,7 +1,9 @@
-"""The ``vllm-0.33.0`` rule set against vLLM 0.33.0's own code (marker ``vllm``; runs in .venv-vllm).
+"""Each vLLM release's rule set against that release's own code (marker ``vllm``; runs in a vLLM venv).
 
-`make test` runs this module with the interpreter of ``.venv-vllm`` (vllm installed from its wheel
-without its dependency tree); the main run deselects it. Under CI a missing vllm fails, never skips.
+`make test` runs this module once per release, with the interpreter of ``.venv-vllm`` (0.33.0) and of
+``.venv-vllm-0.34.0`` (vllm installed from its wheel without its dependency tree); the main run deselects it.
+Every test compares the installed release with its own rule set (checks/rulesets.py: the row whose oracle
+names it); numbers that differ between releases are tabled per rule set. Under CI a missing vllm fails.
 """
 
 from __future__ import annotations
@@ -27,27 +29,43 @@ def v():
     return load_vllm()
 
 
+@pytest.fixture(scope="module")
+def rules(v):
+    """The rule set whose oracle is the installed vLLM release."""
+    from kvspec.checks.rulesets import find_oracle_rules
+    found = find_oracle_rules("vllm", v.release.version)
+    assert found is not None, v.release.version
+    return found
+
+
+# the worked example per release: stored objects, hit, tails (0.34.0: lookahead keys, no EAGLE drop)
+WORKED = {"vllm-0.33.0": ([(0, 12288), (0, 14976), (1, 14848)], 14848, ((0, 14976), (1, 14848))),
+          "vllm-0.34.0": ([(0, 12288), (0, 14976), (1, 13824), (1, 14976)], 14976, ((0, 14976), (1, 14976)))}
+
+
 def kimi(rules: str = "vllm-0.33.0", prompt: int = 15000) -> Scenario:
     return Scenario(geometry=get_preset("kimi-k3-dcp8"), prompt=prompt,
                     stored=(StoredRequest(prompt=prompt, shared=prompt),), rules=rules)
 
 
-def test_worked_example_is_what_vllm_does(v):
+def test_worked_example_is_what_vllm_does(v, rules):
     from kvspec.checks.vllm_oracle import compute_answer
-    ans = compute_answer(kimi(), v)
+    ans = compute_answer(kimi(rules), v)
+    stored, hit, tails = WORKED[rules]
     assert ans.refused is None
-    assert sorted(ans.stored) == [(0, 12288), (0, 14976), (1, 14848)]
-    assert ans.hit == 14848 and ans.tails == ((0, 14976), (1, 14848))
+    assert sorted(ans.stored) == stored
+    assert ans.hit == hit and ans.tails == tails
     assert len(ans.load_keys) == 3 * 8  # attention blocks 0 and 1, Mamba block 9, on each of 8 ranks
-    out = evaluate_scenario(kimi())
-    assert (out.hit_length, out.tails) == (ans.hit, ans.tails)
+    out = evaluate_scenario(kimi(rules))
+    assert (out.hit_length, out.tails, sorted(out.present)) == (ans.hit, ans.tails, stored)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_conformance_on_generated_scenarios(v, seed):
+def test_conformance_on_generated_scenarios(v, rules, seed):
     """Every field agrees on 2,000 generated scenarios per seed plus the worked examples (target 100%)."""
     from kvspec.checks.conform import FIELDS, format_report, run_conformance
-    rep = run_conformance(2000, seed)
+    rep = run_conformance(2000, seed, rules=rules)
+    assert rep["rules"] == rules and rep["vllm"] == v.release.version
     print(format_report(rep))
     assert rep["cases"] == 2002
     assert rep["compared"]["stored"] >= 1400  # most generated geometries are accepted by both
@@ -56,7 +74,8 @@ def test_conformance_on_generated_scenarios(v, seed):
 
 
 def test_the_comparison_can_fail(v):
-    """The PR's rule set stores other objects than 0.33.0, the legacy one also loads other keys: both are caught."""
+    """The PR's rule set stores other objects than the release, the legacy one also loads other keys: both are
+    caught (test_every_field_and_every_ranks_keys_can_fail feeds wrong answers field by field and rank by rank)."""
     from kvspec.checks.conform import Case, compare_case
     pr = compare_case(Case(scenario=kimi("pr53324"), geometry_args={}, spec_error=None), v)
     assert pr["stored"] is False and pr["hit"] is False
@@ -64,7 +83,31 @@ def test_the_comparison_can_fail(v):
     assert legacy["stored"] is False and legacy["load_keys"] is False
 
 
-def test_refusals_match_vllms_reasons(v):
+def test_every_field_and_every_ranks_keys_can_fail(v, rules, monkeypatch):
+    """The comparison's power, field by field: vLLM's answer with one field made wrong — one stored object dropped,
+    the hit one unit off, a tail moved, one key of any single rank (not only rank 0) replaced — is caught on that
+    field, and only there."""
+    import kvspec.checks.vllm_oracle as oracle
+    from kvspec.checks.conform import Case, compare_case
+    case = Case(scenario=kimi(rules), geometry_args={}, spec_error=None)
+    assert all(compare_case(case, v).values())
+    real = oracle.compute_answer(case.scenario, v)
+    ranks = sorted({r for r, _ in real.load_keys})
+    assert len(ranks) == 8
+    wrongs = {"stored": [attrs.evolve(real, stored=frozenset(sorted(real.stored)[1:]))],
+              "hit": [attrs.evolve(real, hit=real.hit - 128)],
+              "tails": [attrs.evolve(real, tails=((real.tails[0][0], real.tails[0][1] - 128), *real.tails[1:]))],
+              "load_keys": [attrs.evolve(real, load_keys=tuple((r, k + "x" if r == bad and i == j else k)
+                                                              for j, (r, k) in enumerate(real.load_keys)))
+                            for bad in ranks for i in (next(j for j, (r, _) in enumerate(real.load_keys) if r == bad),)]}
+    for field, answers in wrongs.items():
+        for wrong in answers:
+            monkeypatch.setattr(oracle, "compute_answer", lambda sc, v_, w=wrong: w)
+            res = compare_case(case, v)
+            assert res[field] is False and all(ok for f, ok in res.items() if f != field), (field, res)
+
+
+def test_refusals_match_vllms_reasons(v, rules):
     from kvspec.checks.vllm_oracle import Engine, Refused
     from kvspec.spec.errors import SpecError
     from kvspec.spec.geometry import make_geometry
@@ -74,7 +117,7 @@ def test_refusals_match_vllms_reasons(v):
         with pytest.raises(Refused, match="Invalid prefix_match_unit"):
             Engine(g, v)
         with pytest.raises(SpecError) as ei:
-            Scenario(geometry=g, prompt=40, stored=(), rules="vllm-0.33.0")
+            Scenario(geometry=g, prompt=40, stored=(), rules=rules)
         assert ei.value.rule == "vllm-prefix-match-unit"
         Scenario(geometry=g, prompt=40, stored=(), rules="pr53324")  # the PR's rule set accepts it
     # Known gap (spec/README.md): with DCP, vLLM's unit need only divide the span b·D, kvspec's must divide b.
@@ -96,9 +139,9 @@ def test_vllm_key_grammar_renders_as_vllm(v):
                      tp_rank=rng.randint(0, 15), pcp_rank=rng.randint(0, 3), dcp_rank=rng.randint(0, 15),
                      pp_rank=rng.randint(0, 3), group=rng.randint(0, 4), hash_hex=f"{rng.getrandbits(256):064x}",
                      cache_prefix=rng.choice(["", "bf16", "a@b", "x%40"]))
-        meta = v.data.KeyMetadata(model_name=k.model, tp_rank=k.tp_rank, pcp_rank=k.pcp_rank, dcp_rank=k.dcp_rank,
+        meta = v.keys.KeyMetadata(model_name=k.model, tp_rank=k.tp_rank, pcp_rank=k.pcp_rank, dcp_rank=k.dcp_rank,
                                   pp_rank=k.pp_rank, group_id=k.group, cache_prefix=k.cache_prefix)
-        assert v.data.PoolKey(meta, k.hash_hex).to_string() == render_key_vllm(k)
+        assert v.keys.PoolKey(meta, k.hash_hex).to_string() == render_key_vllm(k)
 
 
 def test_vllm_key_grammar_is_not_injective(v):
@@ -107,22 +150,22 @@ def test_vllm_key_grammar_is_not_injective(v):
     h = "ab" * 32
     a = StoreKey(model="m", tp_rank=0, pcp_rank=0, dcp_rank=0, pp_rank=0, group=0, hash_hex=h, cache_prefix="a")
     b = attrs.evolve(a, model="a@m", cache_prefix="")
-    as_vllm = [v.data.PoolKey(v.data.KeyMetadata(model_name=k.model, tp_rank=0, pcp_rank=0, dcp_rank=0, pp_rank=0,
+    as_vllm = [v.keys.PoolKey(v.keys.KeyMetadata(model_name=k.model, tp_rank=0, pcp_rank=0, dcp_rank=0, pp_rank=0,
                                                  group_id=0, cache_prefix=k.cache_prefix), h).to_string() for k in (a, b)]
     assert as_vllm[0] == as_vllm[1] == f"a@m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@{h}"
     assert render_key(a) != render_key(b)
     # the store namespace is appended to the model name with no separator: a second collision
-    m1 = v.data.KeyMetadata(model_name="mX", tp_rank=0, pcp_rank=0, dcp_rank=0, pp_rank=0)
-    m2 = v.data.KeyMetadata(model_name="m", tp_rank=0, pcp_rank=0, dcp_rank=0, pp_rank=0, store_namespace="X")
-    assert v.data.PoolKey(m1, h).to_string() == v.data.PoolKey(m2, h).to_string()
+    m1 = v.keys.KeyMetadata(model_name="mX", tp_rank=0, pcp_rank=0, dcp_rank=0, pp_rank=0)
+    m2 = v.keys.KeyMetadata(model_name="m", tp_rank=0, pcp_rank=0, dcp_rank=0, pp_rank=0, store_namespace="X")
+    assert v.keys.PoolKey(m1, h).to_string() == v.keys.PoolKey(m2, h).to_string()
 
 
-def test_vllm_as_an_engine_adapter(v):
-    """vLLM 0.33.0 under the adapter protocol: conforms to its rule set on the vectors and a search, not to the PR's."""
+def test_vllm_as_an_engine_adapter(v, rules):
+    """The release under the adapter protocol: conforms to its rule set on the vectors and a search, not to the PR's."""
     from kvspec.checks.adapters import EngineAdapter, run_adapter_conformance
     from kvspec.checks.vllm_oracle import VLLM
     assert isinstance(VLLM, EngineAdapter)
-    rep = run_adapter_conformance(VLLM, "vllm-0.33.0", examples=50)
+    rep = run_adapter_conformance(VLLM, rules, examples=50)
     assert rep["ok"] and rep["vectors"] >= 600 and not rep["uncovered_claims"], rep["vector_disagreements"][:2]
     axes = rep["coverage"]["axes"]  # vLLM's own code over the whole space: D to 64, interleave, PCP, N > 128k
     assert {"16", "32", "64"} <= set(axes["dcp"]) and "I>1" in axes["interleave"] and "PCP>1" in axes["pcp"]
@@ -170,14 +213,14 @@ def test_from_vllm_mapping_agrees_with_vllms_resolution(v):
     assert min(seen.values()) > 20, seen
 
 
-def test_vllm_leaves_a_loadable_hit_after_the_rederivation(v):
+def test_vllm_leaves_a_loadable_hit_after_the_rederivation(v, rules):
     """The BEST/vllm-0.33.0 finding is vLLM's own behaviour: with attention key 5 lost, vLLM's lookup answers 0 although
     [0, 5) is loadable (attention blocks 2, 4 and the block key 6 = N; both Mamba groups hold a state at 5)."""
     from kvspec.checks.vllm_oracle import compute_answer
     from kvspec.spec.geometry import make_geometry
     g = make_geometry(1, [("attention", 2, False), ("mamba", 2, False), ("mamba", 3, False)], retention="dense")
     sc = Scenario(geometry=g, prompt=6, stored=(StoredRequest(prompt=6, shared=6),), evicted=frozenset({(0, 5, 0)}),
-                  rules="vllm-0.33.0")
+                  rules=rules)
     ans = compute_answer(sc, v)
     assert ans.hit == 0 == evaluate_scenario(sc).hit_length
     assert {(0, 2), (0, 4), (0, 6), (1, 5), (2, 5)} <= ans.stored
@@ -201,7 +244,7 @@ def test_keys_check_maps_a_dump_rendered_by_vllm(v, algo, lookahead, salt):
     tokens = [(31 * i + 7) % 50_000 for i in range(15_000)]
     g = get_preset("kimi-k3-dcp8")
     req = types.SimpleNamespace(block_hashes=[], num_tokens=len(tokens), mm_features=[], all_token_ids=tokens,
-                                lora_request=None, cache_salt=salt, prompt_embeds=None)
+                                lora_request=None, cache_salt=salt, prompt_embeds=None, _all_token_ids=tokens)
     chain = list(kv_cache_utils.get_request_block_hasher(g.unit, fn, lookahead)(req))
     assert chain == list(compute_engine_chain(tokens, g.unit, algo, None, salt, lookahead))
     eng = Engine(g, v)
@@ -218,15 +261,17 @@ def test_keys_check_maps_a_dump_rendered_by_vllm(v, algo, lookahead, salt):
     assert rep["outcome"]["hit_length"] > 0 and all(e["present"] for e in rep["outcome"]["load"])
 
 
-def test_the_docs_conform_vllm_blocks_print_what_they_show():
-    """The `$ .venv-vllm/bin/kvspec …` blocks of the docs (tests/test_docs.py checks the others), in this venv."""
+def test_the_docs_conform_vllm_blocks_print_what_they_show(v):
+    """The `$ .venv-vllm…/bin/kvspec …` blocks of the docs for this release's venv (tests/test_docs.py checks the
+    others)."""
     import os
     import shlex
     import subprocess
     import sys
 
     from .test_docs import ROOT, compare_block, iterate_blocks
-    blocks = iterate_blocks("$ .venv-vllm/bin/kvspec ")
+    venv = ".venv-vllm" if v.release.version == "0.33.0" else f".venv-vllm-{v.release.version}"
+    blocks = iterate_blocks(f"$ {venv}/bin/kvspec ")
     assert blocks
     for path, line, cmd, expected in blocks:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -234,3 +279,32 @@ def test_the_docs_conform_vllm_blocks_print_what_they_show():
                            capture_output=True, text=True, timeout=900)
         why = compare_block(expected, r.stdout)
         assert why is None, f"{path}:{line} `{cmd}` drifted: {why}\n{r.stdout}"
+
+
+def test_lookahead_hashes_are_granted_exactly_to_the_drafters_whose_draft_kv_reads_the_next_token(v):
+    """vLLM 0.34.0's own code decides, per speculative method, λ on the connector path: 1 for EAGLE, EAGLE3 and MTP,
+    0 for DSpark and DFlash — vLLM's needs_eagle_block_drop says their draft KV comes from the target's hidden state
+    alone — although every one of them reads one prefill token ahead (num_prefill_lookahead_tokens = 1, a scheduling
+    margin, not a hash reach). kvspec's EAGLE flag is exactly vLLM's needs_eagle_block_drop (the `drafter` axis of
+    checks/coverage.py: `eagle` vs `draft-no-drop`), so the draft-KV hazard is closed for every method under 0.34.0."""
+    if not v.release.resolves_hash_lookahead:
+        pytest.skip("hash lookahead on the connector path exists from vLLM 0.34.0 (this venv is an earlier release)")
+    import types
+
+    from vllm.config.speculative import SpeculativeConfig
+    from vllm.config.vllm import VllmConfig
+    from vllm.v1.worker.gpu.spec_decode.speculator_config import get_method_config_class
+    for method, lam in (("eagle", 1), ("eagle3", 1), ("mtp", 1), ("dspark", 0), ("dflash", 0)):
+        spec = types.SimpleNamespace(method=method, custom_method=None, draft_model_config=None,
+                                     num_speculative_tokens=1, disable_lookahead_block_hashes=False,
+                                     disable_eagle_block_drop=False)
+        for name in ("use_eagle_block_drop", "needs_eagle_block_drop", "use_eagle", "use_dflash", "use_dspark"):
+            setattr(spec, name, types.MethodType(getattr(SpeculativeConfig, name), spec))  # vLLM's own decisions
+        spec.speculator_config = get_method_config_class(spec)(spec)
+        kv = types.SimpleNamespace(kv_connector="MooncakeStoreConnector", kv_role="kv_both",
+                                   kv_connector_extra_config={}, kv_connector_module_path=None)
+        cfg = types.SimpleNamespace(speculative_config=spec, kv_transfer_config=kv,
+                                    cache_config=types.SimpleNamespace(enable_prefix_caching=True))
+        cfg.num_prefill_lookahead_tokens = VllmConfig.num_prefill_lookahead_tokens.fget(cfg)
+        assert cfg.num_prefill_lookahead_tokens == 1, method
+        assert VllmConfig._resolve_num_hash_lookahead_tokens(cfg) == lam, method
