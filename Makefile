@@ -66,13 +66,7 @@ verify: $(STAMP)
 verify-full: $(STAMP)
 	$(BIN)/python -m kvspec.checks verify --full $(VERIFY_ARGS)
 
-# The vLLM venvs (pip: downloads and unpacking, little CPU) are built while the main suite runs; then each release's
-# suite. A failed venv build prints its log and fails the target.
-test: $(STAMP)
-	@mkdir -p .cache; ($(MAKE) --no-print-directory vllm-venv > .cache/vllm-venv.log 2>&1; echo $$? > .cache/vllm-venv.rc) & \
-	venv_pid=$$!; $(MAKE) --no-print-directory test-main; rc=$$?; wait $$venv_pid; \
-	if [ "$$(cat .cache/vllm-venv.rc)" != 0 ]; then cat .cache/vllm-venv.log; echo "make vllm-venv failed"; exit 1; fi; \
-	[ $$rc = 0 ] || exit $$rc; $(MAKE) --no-print-directory test-vllm
+test: test-main test-vllm
 
 # PYTEST_ARGS: e.g. --junitxml=FILE (the workflows); every test has a timeout (pytest-timeout)
 PYTEST_ARGS ?=
