@@ -36,6 +36,7 @@ from typing import Any
 import attrs
 
 from kvspec.spec.invariants import MISSING, GroupView, Witness
+from kvspec.spec.rules import LOOKAHEAD_ALWAYS, STORE_VLLM_0_33, get_rules
 
 
 @attrs.frozen(kw_only=True)
@@ -87,6 +88,15 @@ LOOKAHEAD = "vllm-0.33.0-lookahead"  # vLLM 0.33.0's rules with hash lookahead �
 VLLM_RULES = (VLLM, LOOKAHEAD)  # the rule sets with vLLM 0.33.0's store rule that have a closed form
 
 
+def read_closed_rules(rule: str) -> tuple[bool, bool]:
+    """Return (hash lookahead on, vLLM's store rule) from the rule set's fields — what the closed forms read of it.
+    They are stated for λ ∈ {0, 1} applied on every geometry; a rule set outside that has no closed form here."""
+    rs = get_rules(rule)
+    if rs.lookahead not in (0, 1) or (rs.lookahead and rs.lookahead_scope != LOOKAHEAD_ALWAYS):
+        raise ValueError(f"no closed form for rule set {rule} (λ = {rs.lookahead}, scope {rs.lookahead_scope})")
+    return rs.lookahead == 1, rs.store == STORE_VLLM_0_33
+
+
 def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = None) -> tuple[ClosedForm, Any, Any]:
     """Return the closed form and the membership functions of E, in units, under the PR's store rule, vLLM 0.33.0's,
     or vLLM 0.33.0's with hash lookahead λ = 1; with `cap` (units), the lookup's first bound is min(bound, cap) (the
@@ -100,8 +110,7 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = N
     the last boundary with a hash is ⌊(P−1)/u⌋ (full blocks and dense states stop there, C = ⌊(P−1)/u⌋), an
     object is visible when t + 1 <= S (t <= ⌊(S−1)/u⌋), and the lookup's bound and tail scan end at ⌊(N−1)/u⌋.
     """
-    lookahead = rule == LOOKAHEAD
-    vllm = rule in VLLM_RULES
+    lookahead, vllm = read_closed_rules(rule)
     q, e = x.q, (0 if lookahead else x.e)
     m = ops.let("m", q * x.d)
     fine = m > 1
@@ -268,4 +277,4 @@ def compute_closed_resend(ops: Any, x: Params, rule: str) -> Any:
     """Return the best hit of an identical resend in units (spec/lookup.py compute_resend_best with a = u):
     ⌊(P−1)/u⌋, and max(⌊P/u⌋ − 1, 0) with the EAGLE drop (no drop under hash lookahead)."""
     p1 = ops.floordiv(ops.max(x.p - 1, 0), x.u)
-    return p1 if rule == LOOKAHEAD else ops.If(x.e == 1, ops.max(ops.floordiv(x.p, x.u) - 1, 0), p1)
+    return p1 if read_closed_rules(rule)[0] else ops.If(x.e == 1, ops.max(ops.floordiv(x.p, x.u) - 1, 0), p1)

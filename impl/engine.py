@@ -34,6 +34,11 @@ from .synthetic import SyntheticModel
 Obj = tuple[int, int]
 
 
+
+# the implementation's store rules (the rank job's `store_rule`; the harness maps a rule set's store field to one)
+STORE_PR53324 = "pr53324"  # T = ⌊P/u⌋·u − e·u; a tail only off some Mamba block
+STORE_VLLM = "vllm-0.33.0"  # vLLM's connector: checkpoint C, the partial tail to C + the proof margin
+
 class RequestKV:
     """Paged KV of one request on one rank: attention [blocks, b, W] (this rank's slots), Mamba [blocks+1, W].
 
@@ -163,7 +168,7 @@ class RankEngine:
 
     def sub_block_state(self, n_prompt: int) -> int:
         """Return the position of the one Mamba state this request keeps off the block grid (0: none)."""
-        return self.checkpoint(n_prompt) if self.store_rule == "vllm-0.33.0" else max(self.tail_boundary(n_prompt), 0)
+        return self.checkpoint(n_prompt) if self.store_rule == STORE_VLLM else max(self.tail_boundary(n_prompt), 0)
 
     def prefill(self, tokens: Sequence[int], kv: RequestKV) -> None:
         """Compute the KV of every position this rank owns, the Mamba state at every block end and at the tail T."""
@@ -420,6 +425,6 @@ class RankEngine:
 
 
 STORE_RULES: dict[str, Callable[[RankEngine, int], list[Obj]]] = {
-    "pr53324": RankEngine._objects_pr53324,
-    "vllm-0.33.0": RankEngine._objects_vllm,
+    STORE_PR53324: RankEngine._objects_pr53324,
+    STORE_VLLM: RankEngine._objects_vllm,
 }

@@ -98,7 +98,6 @@ def test_vllm_chain_is_vllms_default_hash():
     root = hashlib.sha256(pickle.dumps("vllm-none-hash", protocol=pickle.HIGHEST_PROTOCOL)).digest()
     first = hashlib.sha256(pickle.dumps((root, (1, 2), None), protocol=pickle.HIGHEST_PROTOCOL)).digest()
     assert compute_engine_chain([1, 2, 3, 4], 2)[0] == first
-    assert compute_engine_chain([1, 2, 3, 4], 2, lookahead=1) == compute_engine_chain([1, 2, 3, 4], 2, lookahead=1)[:1]
     assert len(compute_engine_chain([1, 2, 3, 4], 2, lookahead=1)) == 1  # the 2nd unit's next token does not exist
     with pytest.raises(Exception, match="PYTHONHASHSEED"):
         compute_engine_chain([1, 2], 1, "xxhash")

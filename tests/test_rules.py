@@ -168,3 +168,13 @@ def test_lookahead_save_ends_at_the_last_hashed_scheduler_block():
     for p, want in ((3, [(1, 1), (1, 2)]), (4, [(0, 3), (1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)])):
         sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules="vllm-0.34.0")
         assert sorted(evaluate_scenario(sc).present) == want
+
+
+def test_closed_forms_read_the_rule_sets_fields_and_refuse_what_they_do_not_state():
+    """checks/closed_form.py reads λ and the store rule from the rule set, never its name; a rule set whose λ
+    applies only with a drafter (vllm-0.34.0) has no closed form (SPLIT carries its parents' theorems over)."""
+    from kvspec.checks.closed_form import read_closed_rules
+    assert [read_closed_rules(r) for r in ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead")] == \
+        [(False, False), (False, True), (True, True)]
+    with pytest.raises(ValueError, match="no closed form"):
+        read_closed_rules("vllm-0.34.0")
