@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+import attrs
+
 from kvspec import __version__
 from kvspec.spec.errors import SpecError, require
 from kvspec.spec.geometry import Geometry, Group, Parallel, resolve_kind
@@ -21,12 +23,14 @@ from kvspec.spec.scenario import (
     Outcome,
     Scenario,
     StoredRequest,
+    compute_hit,
     decode_objects,
     decode_scenario,
     encode_error,
     encode_outcome,
     evaluate_scenario,
 )
+from kvspec.spec.schedule import Schedule
 from kvspec.spec.store import RankObj
 from kvspec.spec.types import Boundary, GroupId, Rank
 
@@ -159,20 +163,34 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         raise SpecError("scenario", "--prompt N (the lookup request's length) is required")
     rule = get_rules("legacy" if args.legacy_tail_key else (args.rules or DEFAULT_RULES)).name
     evicted = _evictions(args, geometry)
+    schedule = _schedule(args)
     if args.stored_json is not None:
         if args.stored_prompt is not None or args.shared is not None or args.stored:
             raise SpecError("scenario", "--stored-json excludes --stored-prompt, --stored and --shared")
         return Scenario(geometry=geometry, prompt=args.prompt, objects=decode_objects(_read_json(args.stored_json)),
-                        evicted=evicted, rules=rule)
+                        evicted=evicted, rules=rule, schedule=schedule)
     if args.stored:
         if args.stored_prompt is not None or args.shared is not None:
             raise SpecError("scenario", "--stored P[:S] excludes --stored-prompt and --shared")
-        return Scenario(geometry=geometry, prompt=args.prompt, stored=_requests(args), evicted=evicted, rules=rule)
+        return Scenario(geometry=geometry, prompt=args.prompt, stored=_requests(args), evicted=evicted, rules=rule,
+                        schedule=schedule)
     if args.stored_prompt is None:
         raise SpecError("scenario", "give --stored-prompt P, --stored P[:S] or --stored-json FILE")
     shared = args.shared if args.shared is not None else min(args.stored_prompt, args.prompt)
     return Scenario(geometry=geometry, prompt=args.prompt,
-                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared),), evicted=evicted, rules=rule)
+                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared),), evicted=evicted, rules=rule,
+                    schedule=schedule)
+
+
+def _schedule(args: argparse.Namespace) -> Schedule:
+    """Return the --chunk-budget / --no-chunked-prefill / --checkpoint-alignment / --long-prefill-threshold schedule."""
+    if args.chunk_budget is None and (args.no_chunked_prefill or args.checkpoint_alignment is not None
+                                      or args.long_prefill_threshold):
+        raise SpecError("schedule", "--no-chunked-prefill, --checkpoint-alignment and --long-prefill-threshold "
+                                    "describe a scheduler with a token budget: give --chunk-budget B too")
+    return Schedule(budget=args.chunk_budget, chunked=not args.no_chunked_prefill,
+                    checkpoint_alignment=args.checkpoint_alignment,
+                    long_prefill_threshold=args.long_prefill_threshold or 0)
 
 
 def compute_why(scenario: Scenario, outcome: Outcome) -> str | None:
@@ -237,6 +255,51 @@ def format_ranks(scenario: Scenario, outcome: Outcome, model: str = "kvspec-mode
     return "\n".join(out)
 
 
+RELEASE_BUDGET = 8192  # vLLM's max_num_batched_tokens for `vllm serve` on H100/H200 (EngineArgs.get_batch_defaults)
+
+
+def _short(xs: Sequence[int], keep: int = 6) -> str:
+    return str(list(xs)) if len(xs) <= keep else f"[{', '.join(map(str, xs[:2]))}, ... {len(xs) - 4} more ..., " \
+                                                 f"{', '.join(map(str, xs[-2:]))}]"
+
+
+def format_schedule(scenario: Scenario) -> list[str]:
+    """Return the schedule lines of a scenario whose rule set reads one: per stored request its chunk ends and the
+    Mamba states they leave; under the block schedule also what vLLM serve's default budget would leave and hit."""
+    from kvspec.spec.rules import STORE_VLLM_0_33, compute_lookahead, compute_rule_geometry
+    from kvspec.spec.schedule import compute_checkpoints, compute_mamba_states, describe_schedule
+    from kvspec.spec.store import compute_checkpoint
+    rules = get_rules(scenario.rules)
+    g = scenario.geometry
+    mamba = [i for i, gr in enumerate(g.groups) if gr.kind == "mamba"]
+    if rules.store != STORE_VLLM_0_33 or not mamba or scenario.objects is not None or not scenario.stored:
+        return []
+    rg, lam = compute_rule_geometry(rules, g), compute_lookahead(rules, g)
+    out = [f"schedule: {describe_schedule(scenario.schedule)}"]
+    for r in scenario.stored:
+        try:
+            cps = compute_checkpoints(scenario.schedule, rg, r.prompt, lam)
+        except SpecError as err:
+            out.append(f"  stored prompt {r.prompt}: {err.rule}: {err.message}")
+            continue
+        c = compute_checkpoint(rg, r.prompt, lam)
+        states = {i: sorted(compute_mamba_states(cps, g.groups[i].block_size, c)) for i in mamba}
+        inside = f" (checkpoint {cps.internal} exported inside the last chunk)" if cps.internal else ""
+        shown = "; ".join(f"group {i} {_short(v)}" for i, v in states.items())
+        out.append(f"  stored prompt {r.prompt}: chunks end at {_short(cps.ends)}{inside}; Mamba states exist at: "
+                   f"{shown}")
+    if scenario.schedule.budget is None:
+        try:
+            alt = attrs.evolve(scenario, schedule=Schedule(budget=RELEASE_BUDGET))
+            h = compute_hit(alt)
+        except SpecError:
+            return out
+        here = compute_hit(scenario)
+        out.append(f"  under vLLM serve's default budget (--chunk-budget {RELEASE_BUDGET}, H100/H200) the hit is {h}"
+                   + (" too" if h == here else f", not {here}: fewer Mamba states exist there"))
+    return out
+
+
 def format_table(scenario: Scenario, outcome: Outcome) -> str:
     """Return the readable explanation of one scenario."""
     d = encode_outcome(scenario, outcome)
@@ -248,6 +311,7 @@ def format_table(scenario: Scenario, outcome: Outcome) -> str:
         ts = [o["boundary"] for o in d["stored"] if o["group"] == g["id"]]
         out.append(f"  {g['id']:<5}  {g['kind']:<9}  {g['block_size']:<5}  {g['span']:<5}  "
                    f"{'yes' if g['eagle'] else 'no':<5}  {ts if ts else '-'}")
+    out.extend(format_schedule(scenario))
     out.append(f"lookup: N={scenario.prompt}")
     if outcome.lookup is not None:
         for s in outcome.lookup.steps:
@@ -499,6 +563,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "S defaults to min(P, N))")
     stored.add_argument("--evict", action="append", default=[], metavar="GROUP:BOUNDARY[:RANK]",
                         help="an object evicted from one rank, or from every rank without RANK (repeatable)")
+    sch = e.add_argument_group("how the stored requests were scheduled (vLLM rule sets; default: the block schedule, "
+                               "a chunk at every Mamba block end)")
+    sch.add_argument("--chunk-budget", type=int, metavar="B",
+                     help="max_num_batched_tokens each prefill step (vLLM serve's default on H100/H200: 8192)")
+    sch.add_argument("--no-chunked-prefill", action="store_true",
+                     help="enable_chunked_prefill off (a prompt over the budget is never scheduled)")
+    sch.add_argument("--checkpoint-alignment", type=int, metavar="A",
+                     help="prefill checkpoint blocks export the checkpoint inside a chunk (FlashKDA: 16)")
+    sch.add_argument("--long-prefill-threshold", type=int, metavar="T", help="long_prefill_token_threshold")
     look = e.add_argument_group("the lookup")
     look.add_argument("--prompt", type=int, metavar="N", help="the looked-up request's length in tokens (required)")
     rules = look.add_mutually_exclusive_group()

@@ -37,7 +37,8 @@ from .limits import (
 )
 from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
 from .plan import LoadEntry, plan_load
-from .rules import DEFAULT_RULES, RuleSet, check_config, compute_lookahead, compute_rule_geometry, get_rules
+from .rules import DEFAULT_RULES, STORE_VLLM_0_33, RuleSet, check_config, compute_lookahead, compute_rule_geometry, get_rules
+from .schedule import BLOCK_SCHEDULE, RULE_SCHEDULE, Schedule, compute_checkpoints
 from .store import Obj, RankObj, compute_present_after, compute_rank_objects, compute_rule_store, compute_visible
 from .types import Boundary, GroupId, Rank, Tokens
 
@@ -74,10 +75,18 @@ class Scenario:
     objects: frozenset[Obj] | None = None  # explicit present objects instead of stored requests
     evicted: frozenset[RankObj] = frozenset()
     rules: str = DEFAULT_RULES
+    schedule: Schedule = BLOCK_SCHEDULE  # how the stored requests' prefills were scheduled (spec/schedule.py)
 
     def __attrs_post_init__(self) -> None:
         check_count(_int(self.prompt, "prompt", 1), MAX_PROMPT, RULE_LIMIT_PROMPT, "prompt")
-        check_config(get_rules(self.rules), self.geometry)
+        rules = get_rules(self.rules)
+        check_config(rules, self.geometry)
+        if self.schedule != BLOCK_SCHEDULE:
+            require(isinstance(self.schedule, Schedule), RULE_SCHEDULE, "schedule must be a Schedule")
+            require(rules.store == STORE_VLLM_0_33, RULE_SCHEDULE,
+                    f"rule set {rules.name} states its store rule for the block schedule (a Mamba state at every "
+                    f"block end); a chunk budget applies to a vLLM rule set (vllm-0.33.0, vllm-0.34.0, ...)")
+            require(self.objects is None, RULE_SCHEDULE, "a schedule applies to stored requests, not explicit objects")
         check_count(len(self.stored), MAX_STORED, RULE_LIMIT_STORED, "stored request count")
         for r in self.stored:
             check_count(_int(r.prompt, "stored prompt", 0), MAX_PROMPT, RULE_LIMIT_PROMPT, "stored prompt")
@@ -107,13 +116,17 @@ class Scenario:
                 if t > top:
                     raise SpecError(RULE_STORED,
                                     f"boundary {t} is past the lookup request's last hash boundary {top}")
+        if self.schedule != BLOCK_SCHEDULE:  # refuse an unschedulable prompt here, not half-way through a lookup
+            rg = compute_rule_geometry(rules, g)
+            for r in self.stored:
+                compute_checkpoints(self.schedule, rg, Tokens(r.prompt), compute_lookahead(rules, g))
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)  # a memo key of every stored-set read
 class Stages:
     """The spec's replaceable rules, the one extension point: every mutant (checks/mutants.py) is a variant."""
 
-    store: Callable[[RuleSet, Geometry, Tokens], frozenset[Obj]] = compute_rule_store
+    store: Callable[[RuleSet, Geometry, Tokens, Schedule], frozenset[Obj]] = compute_rule_store
     present: Callable[[Geometry, frozenset[Obj], frozenset[RankObj]], frozenset[Obj]] = compute_present_after
     lookup: Callable[..., LookupResult] = compute_lookup  # (geometry, E, N, lookahead=λ)
     tails: Callable[..., tuple[tuple[GroupId, Boundary], ...]] = compute_tail_boundaries
@@ -145,15 +158,16 @@ def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozense
     """Return every object the lookup request can name (each written by every rank), before evictions."""
     if scenario.objects is not None:
         return scenario.objects
-    return _compute_stored_of(scenario.geometry, scenario.rules, scenario.stored, stages)
+    return _compute_stored_of(scenario.geometry, scenario.rules, scenario.stored, stages, scenario.schedule)
 
 
 @functools.lru_cache(maxsize=1024)  # one set per stored setup: the lookups of every N and eviction share it
 def _compute_stored_of(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
-                       stages: Stages) -> frozenset[Obj]:
+                       stages: Stages, schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
     rules = get_rules(rules_name)
     lookahead = compute_lookahead(rules, g)
-    sets = [compute_visible(stages.store(rules, g, Tokens(r.prompt)), Tokens(r.shared), lookahead) for r in stored]
+    sets = [compute_visible(stages.store(rules, g, Tokens(r.prompt), schedule), Tokens(r.shared), lookahead)
+            for r in stored]
     return sets[0] if len(sets) == 1 else frozenset().union(*sets)
 
 
@@ -243,7 +257,22 @@ def encode_error(err: SpecError) -> dict[str, Any]:
 
 
 _SCENARIO_KEYS = {"dcp", "unit", "groups", "retention", "stored_prompt", "stored", "prompt", "shared", "legacy",
-                  "interleave", "pcp", "rules", "requests", "evicted"}
+                  "interleave", "pcp", "rules", "requests", "evicted", "schedule"}
+_SCHEDULE_KEYS = {"budget", "chunked", "checkpoint_alignment", "long_prefill_threshold"}
+
+
+def encode_schedule(schedule: Schedule) -> dict[str, Any]:
+    """Return the JSON object of a schedule (only the fields that differ from the block schedule's)."""
+    return {k: v for k, v in attrs.asdict(schedule).items() if v != getattr(BLOCK_SCHEDULE, k)}
+
+
+def decode_schedule(raw: object) -> Schedule:
+    """Return the Schedule of a JSON object {"budget": B, "chunked": bool, "checkpoint_alignment": A, ...}."""
+    require(isinstance(raw, dict), RULE_SCHEDULE, "schedule must be a JSON object")
+    extra = set(cast(dict[str, Any], raw)) - _SCHEDULE_KEYS
+    require(not extra, RULE_SCHEDULE, f"unknown schedule keys: {', '.join(sorted(extra))} "
+                                      f"(known: {', '.join(sorted(_SCHEDULE_KEYS))})")
+    return Schedule(**cast(dict[str, Any], raw))
 
 
 def encode_scenario(scenario: Scenario) -> dict[str, Any]:
@@ -256,6 +285,8 @@ def encode_scenario(scenario: Scenario) -> dict[str, Any]:
         out["requests"] = [{"prompt": r.prompt, "shared": r.shared} for r in scenario.stored]
     if scenario.evicted:
         out["evicted"] = [{"group": gid, "boundary": t, "rank": r} for gid, t, r in sorted(scenario.evicted)]
+    if scenario.schedule != BLOCK_SCHEDULE:
+        out["schedule"] = encode_schedule(scenario.schedule)
     return out
 
 
@@ -316,13 +347,14 @@ def decode_scenario(raw: Mapping[str, Any]) -> Scenario:
     require(len(given) == 1, RULE_SCENARIO, "give exactly one of stored_prompt, requests and stored")
     require("shared" not in raw or given == ["stored_prompt"], RULE_SCENARIO, "shared applies to stored_prompt only")
     evicted = decode_evicted(raw["evicted"], geometry.parallel.dcp) if "evicted" in raw else frozenset()
+    schedule = decode_schedule(raw["schedule"]) if "schedule" in raw else BLOCK_SCHEDULE
     if given == ["stored"]:
         return Scenario(geometry=geometry, prompt=n, objects=decode_objects(raw["stored"]), evicted=evicted,
-                        rules=rules)
+                        rules=rules, schedule=schedule)
     if given == ["requests"]:
         return Scenario(geometry=geometry, prompt=n, stored=decode_requests(raw["requests"]), evicted=evicted,
-                        rules=rules)
+                        rules=rules, schedule=schedule)
     p = _int(raw["stored_prompt"], "stored_prompt", 0)
     s = raw.get("shared", min(p, n))
     return Scenario(geometry=geometry, prompt=n, stored=(StoredRequest(prompt=p, shared=_int(s, "shared", 0)),),
-                    evicted=evicted, rules=rules)
+                    evicted=evicted, rules=rules, schedule=schedule)

@@ -22,6 +22,7 @@ from .geometry import (
     is_fine,
 )
 from .rules import STORE_VLLM_0_33, RuleSet, compute_lookahead, compute_rule_geometry
+from .schedule import BLOCK_SCHEDULE, Schedule, compute_checkpoints, compute_mamba_states
 from .types import Boundary, GroupId, Rank, Tokens
 
 Obj = tuple[GroupId, Boundary]  # a (group, boundary) object, all ranks
@@ -159,14 +160,17 @@ def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens) ->
 
 
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
-def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> frozenset[Obj]:
+def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead: int = 0,
+                                  schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
     """Return every (group, boundary) object one request of P tokens stores under vLLM 0.33.0's connector (the
-    positional save ends at the last whole L-block with its hashes: ⌊min(⌊P/L⌋·L, hashed)/L⌋·L)."""
+    positional save ends at the last whole L-block with its hashes: ⌊min(⌊P/L⌋·L, hashed)/L⌋·L); a Mamba state only
+    where the schedule left one (spec/schedule.py)."""
     hashed = compute_hashed_length(geometry, prompt, lookahead)
     full = min(compute_full_boundary(geometry, prompt), hashed // compute_lcm_span(geometry) * compute_lcm_span(geometry))
     c = compute_checkpoint(geometry, prompt, lookahead)
     has_c = 0 < c <= hashed
     lcm = compute_lcm_span(geometry)
+    checkpoints = compute_checkpoints(schedule, geometry, prompt, lookahead)
     out: set[Obj] = set()
     for gid, g in enumerate(geometry.groups):
         gi = GroupId(gid)
@@ -179,18 +183,21 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
                     out.add((gi, Boundary(min((i + 1) * s, end))))
             continue
         b = g.block_size
+        states = compute_mamba_states(checkpoints, b, c)
         if geometry.retention == "dense":
-            out.update((gi, Boundary(k * b)) for k in range(1, min(prompt, hashed) // b + 1))
+            out.update((gi, Boundary(k * b)) for k in range(1, min(prompt, hashed) // b + 1) if k * b in states)
         else:
-            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt) if t <= hashed)
-        if has_c:
+            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt) if t <= hashed and t in states)
+        if has_c and c in states:
             out.add((gi, Boundary(c)))
     return frozenset(out)
 
 
-def compute_rule_store(rules: RuleSet, geometry: Geometry, prompt: Tokens) -> frozenset[Obj]:
-    """Return the objects one request of P tokens stores under a rule set's store rule (on its rule geometry)."""
+def compute_rule_store(rules: RuleSet, geometry: Geometry, prompt: Tokens,
+                       schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
+    """Return the objects one request of P tokens stores under a rule set's store rule (on its rule geometry); the
+    schedule decides which Mamba states exist under a vLLM store rule (the PR's rule assumes the block schedule)."""
     if rules.store == STORE_VLLM_0_33:
         return compute_store_boundaries_vllm(compute_rule_geometry(rules, geometry), prompt,
-                                             compute_lookahead(rules, geometry))
+                                             compute_lookahead(rules, geometry), schedule)
     return compute_store_boundaries(geometry, prompt)

@@ -6,8 +6,9 @@ from hypothesis import strategies as st
 
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
 from kvspec.spec.limits import compute_longest_prompt
-from kvspec.spec.rules import get_rules
+from kvspec.spec.rules import STORE_VLLM_0_33, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest
+from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule, compute_scheduler_block
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
 
 DCPS = (1, 2, 4, 8, 16)
@@ -31,6 +32,18 @@ def geometries(draw: st.DrawFn, max_unit: int = 256, max_q: int = 16) -> Geometr
     groups = draw(st.permutations(groups))
     return Geometry(unit=u, groups=tuple(groups), parallel=Parallel(dcp=d),
                     retention=draw(st.sampled_from(["replay", "dense"])))
+
+
+@st.composite
+def schedules(draw: st.DrawFn, g: Geometry) -> Schedule:
+    """Draw the block schedule or a chunk budget (from a quarter of the Mamba block to 4 scheduler blocks), with or
+    without prefill checkpoint blocks and a long-prefill threshold."""
+    b = compute_scheduler_block(g)
+    if b == 0 or draw(st.booleans()):
+        return BLOCK_SCHEDULE
+    budget = draw(st.integers(max(1, b // 4), 4 * compute_lcm_span(g)))
+    return Schedule(budget=budget, checkpoint_alignment=draw(st.sampled_from([None, None, 1, g.unit])),
+                    long_prefill_threshold=draw(st.sampled_from([0, 0, 0, budget // 2])))
 
 
 @st.composite
@@ -59,7 +72,8 @@ def scenarios(draw: st.DrawFn, rules: str | None = None, max_blocks: int = 6, ev
         shards = sorted(compute_rank_objects(g, objs))
         if shards and draw(st.booleans()):
             evicted = frozenset(draw(st.lists(st.sampled_from(shards), max_size=4)))
-    return Scenario(geometry=g, prompt=n, stored=tuple(stored), evicted=evicted, rules=rules)
+    schedule = draw(schedules(g)) if get_rules(rules).store == STORE_VLLM_0_33 else BLOCK_SCHEDULE
+    return Scenario(geometry=g, prompt=n, stored=tuple(stored), evicted=evicted, rules=rules, schedule=schedule)
 
 
 @st.composite

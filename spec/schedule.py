@@ -1,0 +1,179 @@
+"""The chunk schedule: how a stored request's prefill was computed, and so which Mamba states exist.
+
+vLLM writes a Mamba group's recurrent state only where a scheduler step ends (align mode): the state
+after exactly t tokens exists when some prefill chunk ended at t and t is a multiple of the group's
+block size b, or t is the prompt checkpoint C and a chunk ended there (or a prefill checkpoint block
+exported it inside the last chunk).  The store rule can only store states that exist.  The scheduler
+cuts each step's chunk (at most the token budget) to Mamba block ends and stops it at the mandatory
+positions below; this module derives those chunk ends for one cold request, as the rule set's
+scheduler does (vLLM 0.33.0 / 0.34.0: ``Scheduler._mamba_block_aligned_split``).
+
+The ``block`` schedule (no budget) ends a chunk at every Mamba block end: every state exists.  It is
+vLLM's schedule whenever the budget is at most b, the model of PR #53324, and the schedule under which
+kvspec's closed forms, proofs and vectors are stated.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import attrs
+
+from .errors import SpecError
+from .geometry import Geometry, compute_group_ids, compute_lcm_span, has_eagle, is_fine
+from .types import Tokens
+
+RULE_SCHEDULE = "schedule"
+RULE_UNSCHEDULABLE = "schedule-unschedulable"
+MAX_CHUNKS = 1 << 20  # a schedule of more chunks is refused (a budget of 1 token on a long prompt)
+
+
+@attrs.frozen(kw_only=True, cache_hash=True)
+class Schedule:
+    """How a stored request's prefill was scheduled: the per-step token budget and the scheduler's options."""
+
+    budget: int | None = None  # max_num_batched_tokens the request gets each step; None: the block schedule
+    chunked: bool = True  # enable_chunked_prefill; off: a prompt over the budget is never scheduled
+    checkpoint_alignment: int | None = None  # prefill checkpoint blocks (FlashKDA 16, Mamba2 1); None: none
+    long_prefill_threshold: int = 0  # long_prefill_token_threshold (0: off)
+
+    def __attrs_post_init__(self) -> None:
+        for what, x, lo in (("chunk budget", self.budget, 1), ("checkpoint alignment", self.checkpoint_alignment, 1),
+                            ("long prefill threshold", self.long_prefill_threshold, 0)):
+            if x is not None and (not isinstance(x, int) or isinstance(x, bool) or x < lo):
+                raise SpecError(RULE_SCHEDULE, f"{what} must be an integer >= {lo}, got {x!r}")
+        if not isinstance(self.chunked, bool):
+            raise SpecError(RULE_SCHEDULE, f"chunked must be true or false, got {self.chunked!r}")
+
+
+BLOCK_SCHEDULE = Schedule()
+
+
+@attrs.frozen(kw_only=True)
+class Checkpoints:
+    """The positions a cold prefill left Mamba states at: every chunk end, and the checkpoint a prefill
+    checkpoint block exported inside the last chunk (0: none)."""
+
+    ends: tuple[Tokens, ...]
+    internal: Tokens = Tokens(0)
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """Return the schedule in words: 'block' or 'budget B' with its options."""
+    if schedule.budget is None:
+        return "block (a chunk ends at every Mamba block end)"
+    out = [f"budget {schedule.budget}"]
+    if not schedule.chunked:
+        out.append("chunked prefill off")
+    if schedule.checkpoint_alignment is not None:
+        out.append(f"prefill checkpoint blocks (alignment {schedule.checkpoint_alignment})")
+    if schedule.long_prefill_threshold:
+        out.append(f"long prefill threshold {schedule.long_prefill_threshold}")
+    return ", ".join(out)
+
+
+def compute_scheduler_block(geometry: Geometry) -> Tokens:
+    """Return b_s = gcd of the Mamba block sizes (vLLM has one, cache_config.block_size), 0 without a Mamba group."""
+    return Tokens(math.gcd(*(geometry.groups[g].block_size for g in compute_group_ids(geometry, "mamba"))))
+
+
+def compute_checkpoint_position(n: Tokens, size: Tokens, drop: bool, lookahead: int) -> Tokens:
+    """Return max(⌊n/size⌋·size − size, 0) with the EAGLE drop, else max(⌊(n − max(1, λ))/size⌋·size, 0)."""
+    if drop:
+        return Tokens(max(n // size * size - size, 0))
+    return Tokens(max(n - max(1, lookahead), 0) // size * size)
+
+
+def is_partial_schedule(geometry: Geometry) -> bool:
+    """Return whether hits land inside a scheduler block (fine and u < L): the scheduler then stops at C."""
+    return is_fine(geometry) and geometry.unit < compute_lcm_span(geometry)
+
+
+def is_internal_checkpoint(schedule: Schedule, geometry: Geometry, start: Tokens, end: Tokens,
+                           position: Tokens) -> bool:
+    """Return whether a prefill checkpoint block exports C inside the chunk [start, end): start a unit multiple, C
+    at least a unit past start and strictly inside, C − start a multiple of the alignment, and C's block column past
+    the chunk's initial state column (⌈end/b⌉ − 2 > ⌊(start − 1)/b⌋)."""
+    align, u, b = schedule.checkpoint_alignment, geometry.unit, compute_scheduler_block(geometry)
+    if align is None:
+        return False
+    return (start % u == 0 and -(-end // b) - 2 > (start - 1) // b and start + u <= position
+            and start < position < end and (position - start) % align == 0)
+
+
+def compute_chunk_split(schedule: Schedule, geometry: Geometry, prompt: Tokens, lookahead: int, start: Tokens,
+                        offered: Tokens) -> tuple[Tokens, bool]:
+    """Return (the chunk's length, whether it exports the checkpoint internally): the offered tokens cut to a Mamba
+    block end unless the chunk finishes the prompt (or the block is wider than a chunk can be), then stopped at
+    the first mandatory position strictly inside it — the next block end of a chunk that starts mid-block, the last
+    cacheable block end (C at block size b), and C at unit size when hits land inside a block."""
+    b, u, drop = compute_scheduler_block(geometry), geometry.unit, has_eagle(geometry)
+    partial = is_partial_schedule(geometry)
+    end = start + offered
+    position = compute_checkpoint_position(prompt, u if partial else compute_lcm_span(geometry), drop, lookahead)
+    internal = end >= prompt and is_internal_checkpoint(schedule, geometry, start, end, position)
+    last_cache = Tokens(0) if internal else compute_checkpoint_position(prompt, b, drop, lookahead)
+    if end < prompt:
+        cap = schedule.budget or b
+        if schedule.long_prefill_threshold > 0:
+            cap = min(cap, schedule.long_prefill_threshold)
+        aligned = end // b * b
+        if aligned > start or b <= cap:
+            end = aligned
+    tail = compute_checkpoint_position(prompt, u, drop, lookahead) if partial and not internal else 0
+    stops = (
+        (start // b + 1) * b if start % b != 0 and not internal else 0,
+        last_cache,
+        tail if last_cache < tail < prompt else 0,
+    )
+    end = min((s for s in stops if start < s < end), default=end)
+    return Tokens(max(end - start, 0)), internal
+
+
+@functools.lru_cache(maxsize=65536)  # pure over frozen values: one schedule per (geometry, prompt, λ)
+def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> Checkpoints:
+    """Return the chunk ends of a cold prefill of P tokens (each step offered min(P − done, budget, threshold)
+    tokens, then split) and the internally exported checkpoint; the block schedule ends a chunk at every
+    multiple of b_s and at C."""
+    b = compute_scheduler_block(geometry)
+    if b == 0 or prompt <= 0:
+        return Checkpoints(ends=(prompt,) if prompt > 0 else ())
+    if schedule.budget is None:
+        c = compute_checkpoint_position(prompt, geometry.unit if is_partial_schedule(geometry)
+                                        else compute_lcm_span(geometry), has_eagle(geometry), lookahead)
+        ends = {Tokens(k * b) for k in range(1, prompt // b + 1)} | {prompt} | ({c} if c > 0 else set())
+        return Checkpoints(ends=tuple(sorted(ends)))
+    if not schedule.chunked and prompt > schedule.budget:
+        raise SpecError(RULE_UNSCHEDULABLE,
+                        f"with chunked prefill off a prompt of {prompt} tokens never fits max_num_batched_tokens "
+                        f"{schedule.budget} (vLLM leaves it waiting): raise the budget or turn chunked prefill on")
+    if prompt // min(schedule.budget, b) > MAX_CHUNKS:
+        raise SpecError(RULE_UNSCHEDULABLE,
+                        f"a budget of {schedule.budget} tokens cuts a prompt of {prompt} into more than {MAX_CHUNKS} "
+                        f"chunks (spec/schedule.py): use a larger budget")
+    ends: list[Tokens] = []
+    internal, done = Tokens(0), Tokens(0)
+    while done < prompt:
+        offered = prompt - done
+        if 0 < schedule.long_prefill_threshold < offered:
+            offered = schedule.long_prefill_threshold
+        n, inside = compute_chunk_split(schedule, geometry, prompt, lookahead, done, Tokens(min(offered, schedule.budget)))
+        if n <= 0:
+            raise SpecError(RULE_UNSCHEDULABLE, f"the scheduler makes no progress at token {done} (budget "
+                                                f"{schedule.budget}, Mamba block {b})")
+        if inside:
+            internal = compute_checkpoint_position(prompt, geometry.unit if is_partial_schedule(geometry)
+                                                   else compute_lcm_span(geometry), has_eagle(geometry), lookahead)
+        done = Tokens(done + n)
+        ends.append(done)
+    return Checkpoints(ends=tuple(ends), internal=internal)
+
+
+def compute_mamba_states(checkpoints: Checkpoints, block_size: int, checkpoint: Tokens) -> frozenset[Tokens]:
+    """Return the positions a Mamba group of block size b holds a state at: chunk ends that are multiples of b, and
+    C when a chunk ended there or it was exported internally."""
+    out = {e for e in checkpoints.ends if e % block_size == 0}
+    if checkpoint > 0 and (checkpoint in checkpoints.ends or checkpoint == checkpoints.internal):
+        out.add(checkpoint)
+    return frozenset(out)
