@@ -1,0 +1,464 @@
+"""vLLM's real scheduler as the oracle of the chunk schedule: a request's lifecycle, not one function at a time.
+
+The installed release's own ``Scheduler`` (with its ``KVCacheManager``: the hybrid coordinator and the
+Mamba manager in align mode) and the Mooncake store connector's scheduler side run a stored request's
+prefill step by step with generated model outputs; each step's connector metadata goes through every
+DCP rank's real ``KVCacheStoreSendingThread`` into a store stand-in that records the keys put. A second
+engine (a fresh scheduler, so no local prefix cache) then looks the next request up through rank 0's
+real ``MooncakeStoreWorker.lookup`` and every rank's real ``KVCacheStoreRecvingThread`` loads what its
+connector metadata says. kvspec's answer to the same scenario (spec/schedule.py and the rule set) must
+be the same: the chunk ends, the objects stored (group, boundary, rank), the hit, the tail boundaries
+and every rank's load keys.
+
+Shims, none of which makes a vLLM decision:
+| shim | why |
+| --- | --- |
+| ``ModelConfig`` of a local Bamba-style ``config.json`` (one attention, one Mamba layer) | no weights, no hub; the KV-cache config is built from the geometry |
+| ``SpeculativeConfig`` of a local EAGLE ``config.json`` | stands in for the draft model only; vLLM derives the EAGLE drop and λ |
+| ``KVCacheConfig`` built by hand, with the fields ``EngineCore`` derives (hash block size, hit alignment, retention) | no model executor profiles memory here |
+| the lookup client's transport calls rank 0's ``MooncakeStoreWorker.lookup`` in process | instead of ZMQ to a worker process |
+| a store stand-in: ``batch_is_exist`` / ``batch_put_from_multi_buffers`` / ``batch_get_into_multi_buffers`` over key strings | the real master is exercised by the implementation's tests |
+| ``ModelRunnerOutput`` with one sampled token at the end of the prefill | no forward pass |
+
+Kept to what vLLM builds: attention and Mamba groups share one block size (``cache_config.block_size``),
+u divides it, PCP 1, interleave 1, one stored request computed cold, then one lookup. Preemption, decode
+saves and concurrent requests are not driven yet (spec/README.md, "The chunk schedule").
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+import threading
+import types
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from kvspec.checks.vllm_oracle import Engine, Refused, load_vllm
+from kvspec.spec.geometry import Geometry
+from kvspec.spec.schedule import Schedule
+from kvspec.spec.types import Boundary, GroupId, Tokens
+
+VOCAB = 50_000
+
+
+@attrs.frozen(kw_only=True)
+class LifecycleAnswer:
+    """What vLLM's engine did: chunk ends of the stored prefill, objects put per rank, the second engine's lookup
+    (hit, tail boundaries) and every rank's load gets as (rank, group, key boundary)."""
+
+    refused: str | None
+    chunk_ends: tuple[int, ...] = ()
+    stored: frozenset[tuple[int, int, int]] = frozenset()  # (group, boundary, rank)
+    hit: int = 0
+    tails: tuple[tuple[int, int], ...] = ()
+    loads: tuple[tuple[int, int, int], ...] = ()  # (rank, group, key boundary), sorted
+
+
+class RecordingStore:
+    """A Mooncake store stand-in over key strings: puts are recorded, gets answer 0 or -704 and are recorded."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+        self.gets: list[str] = []
+
+    def batch_is_exist(self, keys: Sequence[str]) -> list[int]:
+        """Return 1 for every key present, 0 otherwise."""
+        return [1 if k in self.keys else 0 for k in keys]
+
+    def batch_put_from_multi_buffers(self, keys: Sequence[str], addrs: Any, sizes: Any, config: Any = None) -> list[int]:
+        """Record every key; return 0 (success) for each."""
+        self.keys.update(keys)
+        return [0 for _ in keys]
+
+    def batch_get_into_multi_buffers(self, keys: Sequence[str], addrs: Any, sizes: Sequence[Any]) -> list[int]:
+        """Record the keys; return the size for a present key and -704 for a missing one."""
+        self.gets.extend(keys)
+        return [(sum(s) if isinstance(s, list) else int(s)) if k in self.keys else -704 for k, s in zip(keys, sizes)]
+
+
+@functools.lru_cache(maxsize=1)
+def _model_dirs() -> tuple[str, str]:
+    """Return (target, draft) folders holding the config.json files vLLM's configs read (written once)."""
+    root = tempfile.mkdtemp(prefix="kvspec-lifecycle-")
+    target = {"architectures": ["BambaForCausalLM"], "model_type": "bamba", "vocab_size": VOCAB + 1024,
+              "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+              "num_key_value_heads": 1, "attn_layer_indices": [1], "mamba_n_heads": 8, "mamba_d_head": 32,
+              "mamba_n_groups": 1, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 1,
+              "mamba_chunk_size": 256, "max_position_embeddings": 1 << 22, "rms_norm_eps": 1e-5,
+              "tie_word_embeddings": False, "torch_dtype": "float32"}
+    draft = {"architectures": ["EagleLlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB + 1024,
+             "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1, "num_attention_heads": 8,
+             "num_key_value_heads": 1, "max_position_embeddings": 1 << 22, "rms_norm_eps": 1e-5,
+             "torch_dtype": "float32"}
+    out = []
+    for name, cfg in (("target", target), ("draft", draft)):
+        os.makedirs(os.path.join(root, name))
+        with open(os.path.join(root, name, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        out.append(os.path.join(root, name))
+    return out[0], out[1]
+
+
+def check_lifecycle_geometry(geometry: Geometry) -> str | None:
+    """Return why vLLM's engine cannot be built for a geometry here (None when it can)."""
+    sizes = {g.block_size for g in geometry.groups}
+    kinds = [g.kind for g in geometry.groups]
+    if len(sizes) != 1:
+        return "vLLM's groups share cache_config.block_size; this geometry's differ"
+    if kinds.count("mamba") != 1 or kinds.count("attention") < 1:
+        return "the lifecycle oracle builds one Mamba layer and attention groups"
+    if geometry.parallel.pcp != 1 or geometry.parallel.interleave != 1:
+        return "PCP and interleave are not driven by the lifecycle oracle"
+    if next(iter(sizes)) % geometry.unit:
+        return "u must divide the block size"
+    return None
+
+
+class Lifecycle:
+    """One geometry and schedule on the installed vLLM release's real scheduler."""
+
+    def __init__(self, geometry: Geometry, schedule: Schedule, max_len: int,
+                 v: types.SimpleNamespace | None = None) -> None:
+        import torch
+        from vllm.config import (
+            CacheConfig,
+            DeviceConfig,
+            KVTransferConfig,
+            ModelConfig,
+            ParallelConfig,
+            SchedulerConfig,
+            SpeculativeConfig,
+            VllmConfig,
+        )
+        self.v = v = v or load_vllm()
+        why = check_lifecycle_geometry(geometry)
+        if why:
+            raise Refused(why)
+        self.g, self.schedule = geometry, schedule
+        self.eng = Engine(geometry, v)  # the connector's coordinator, key databases and rank workers
+        d, b = geometry.parallel.dcp, geometry.groups[0].block_size
+        target, draft = _model_dirs()
+        budget = schedule.budget if schedule.budget is not None else b
+        max_len = -(-(max_len + 64) // b) * b
+        mc = ModelConfig(model=target, skip_tokenizer_init=True, max_model_len=max_len, dtype="float32")
+        pc = ParallelConfig(tensor_parallel_size=d, decode_context_parallel_size=d)
+        spec = None
+        if any(x.eagle for x in geometry.groups):
+            spec = SpeculativeConfig(method="eagle", model=draft, num_speculative_tokens=1, target_model_config=mc,
+                                     target_parallel_config=pc)
+        cc = CacheConfig(block_size=b, enable_prefix_caching=True, mamba_cache_mode="align",
+                         prefix_match_unit=geometry.unit,
+                         prefix_cache_retention_interval=0 if geometry.retention == "replay" else None)
+        sc = SchedulerConfig(max_num_batched_tokens=budget, max_model_len=max_len, max_num_seqs=4,
+                             enable_chunked_prefill=schedule.chunked, is_encoder_decoder=False,
+                             long_prefill_token_threshold=schedule.long_prefill_threshold)
+        kv = KVTransferConfig(kv_connector="MooncakeStoreConnector", kv_role="kv_both")
+        self.config = VllmConfig(model_config=mc, cache_config=cc, parallel_config=pc, scheduler_config=sc,
+                                 device_config=DeviceConfig(device="cpu"), kv_transfer_config=kv,
+                                 speculative_config=spec)
+        groups = []
+        for i, x in enumerate(geometry.groups):
+            if x.kind == "attention":
+                kspec = v.iface.FullAttentionSpec(block_size=b, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
+            else:
+                extra = ({"num_prefill_checkpoint_blocks": 1, "prefill_checkpoint_alignment": schedule.checkpoint_alignment}
+                         if schedule.checkpoint_alignment is not None else {})
+                kspec = v.iface.MambaSpec(block_size=b, shapes=((4,),), dtypes=(torch.float32,),
+                                          mamba_cache_mode="align", **extra)
+            groups.append(v.iface.KVCacheGroupSpec(layer_names=[f"layer.{i}"], kv_cache_spec=kspec,
+                                                   is_eagle_group=x.eagle))
+        self.num_blocks = 4 * (max_len // b + 8) * len(groups)
+        self.config.cache_config.num_gpu_blocks = self.num_blocks
+        self.groups = groups
+
+    def _kv_cache_config(self) -> Any:
+        v = self.v
+        kcc = v.iface.KVCacheConfig(num_blocks=self.num_blocks, kv_cache_tensors=[], kv_cache_groups=self.groups)
+        lcm, unit = v.utils.resolve_kv_cache_block_sizes(kcc, self.config)
+        kcc.hash_block_size = unit
+        kcc.cache_hit_alignment_tokens = v.utils.resolve_cache_hit_alignment_tokens(kcc, self.config, lcm, unit)
+        kcc.prefix_cache_retention_interval = self.config.cache_config.prefix_cache_retention_interval
+        return kcc, lcm, unit
+
+    def scheduler(self, store: RecordingStore) -> Any:
+        """Return a fresh vLLM Scheduler (empty local prefix cache) whose connector looks up through rank 0's real
+        worker lookup over `store`."""
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.structured_output import StructuredOutputManager
+        kcc, lcm, unit = self._kv_cache_config()
+        s = Scheduler(vllm_config=self.config, kv_cache_config=kcc,
+                      structured_output_manager=StructuredOutputManager(self.config), block_size=lcm,
+                      hash_block_size=unit)
+        worker = self.eng.worker(0, store)
+        s.connector.connector_scheduler.client._lookup = lambda n, hashes: worker.lookup(n, list(hashes))
+        return s
+
+    def request(self, req_id: str, tokens: Sequence[int]) -> Any:
+        """Return a vLLM Request of the tokens, hashed by vLLM's own request block hasher (the config's λ)."""
+        from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.request import Request
+        hash_fn = get_hash_fn_by_name(self.config.cache_config.prefix_caching_hash_algo)
+        self.v.utils.init_none_hash(hash_fn)
+        hasher = self.v.utils.get_request_block_hasher(self.g.unit, hash_fn, self.config.num_hash_lookahead_tokens)
+        return Request(req_id, list(tokens), SamplingParams(max_tokens=2, ignore_eos=True), None,
+                       block_hasher=hasher)
+
+    def _senders(self, store: RecordingStore) -> list[Any]:
+        sw = self.v.worker
+        n = len(self.g.groups)
+        return [sw.KVCacheStoreSendingThread(store, self.eng.coord, self.eng.token_dbs(r), self.eng.lcm, r, [1] * n,
+                                             "kv_both", threading.Event())
+                for r in self.eng.ranks]
+
+    def prefill(self, tokens: Sequence[int], store: RecordingStore) -> tuple[int, ...]:
+        """Run one request's prefill (and its first sampled token) on a fresh scheduler; every step's connector
+        metadata goes through each rank's sending thread into `store`. Return the chunk ends."""
+        from vllm.v1.outputs import ModelRunnerOutput
+        s, senders = self.scheduler(store), self._senders(store)
+        req = self.request("stored", tokens)
+        s.add_request(req)
+        ends: list[int] = []
+        for _ in range(len(tokens) + 16):  # every prefill chunk, the decode steps, then a step that flushes the
+            out = s.schedule()               # finish-time hand-offs into the next metadata
+            done = req.num_computed_tokens
+            n = out.num_scheduled_tokens.get("stored", 0)
+            if n and done <= len(tokens):
+                ends.append(done)
+            for meta in getattr(out.kv_connector_metadata, "requests", []):
+                if meta.can_save:
+                    for t in senders:
+                        t.add_request(meta)
+                        t._handle_request(t.request_queue.get())
+            if req.is_finished():
+                break
+            sampled = [[7]] if n and done >= len(tokens) else [[]]
+            s.update_from_output(out, ModelRunnerOutput(req_ids=["stored"] if n else [],
+                                                        req_id_to_index={"stored": 0} if n else {},
+                                                        sampled_token_ids=sampled if n else []))
+        return tuple(ends)
+
+    def lookup(self, tokens: Sequence[int], store: RecordingStore) -> tuple[int, tuple[tuple[int, int], ...],
+                                                                             list[tuple[int, str]]]:
+        """Look a request up on a second engine; return (hit, tail boundaries, every rank's gets)."""
+        s = self.scheduler(store)
+        req = self.request("lookup", tokens)
+        s.add_request(req)
+        out = s.schedule()
+        loads: list[tuple[int, str]] = []
+        hit, tails = 0, ()
+        for meta in getattr(out.kv_connector_metadata, "requests", []):
+            spec = meta.load_spec
+            if spec is None or not spec.can_load:
+                continue
+            hit = spec.kvpool_cached_tokens
+            tails = tuple((int(t.group_id), int(t.num_tokens)) for t in spec.tail_key_boundaries)
+            spec.token_len = spec.kvpool_cached_tokens  # what the worker's start_load_kv sets
+            for r in self.eng.ranks:
+                thread = self.v.worker.KVCacheStoreRecvingThread(store, self.eng.coord, self.eng.token_dbs(r),
+                                                                 self.eng.lcm, r, threading.Event())
+                store.gets.clear()
+                thread.request_queue.put(meta)
+                thread._handle_request(thread.request_queue.get())
+                loads += [(r, k) for k in store.gets]
+        return hit, tails, loads
+
+    def answer(self, stored: Sequence[int], lookup: Sequence[int]) -> LifecycleAnswer:
+        """Return what vLLM's engine does: store `stored` cold, then look `lookup` up on a second engine."""
+        store = RecordingStore()
+        ends = self.prefill(stored, store)
+        hashes = self.request("index", lookup).block_hashes
+        index = {self.eng.key(r, gi, hashes, (i + 1) * self.g.unit): (gi, (i + 1) * self.g.unit, r)
+                 for r in self.eng.ranks for gi in range(len(self.g.groups)) for i in range(len(hashes))}
+        stored_objs = frozenset(index[k] for k in store.keys if k in index)
+        hit, tails, gets = self.lookup(lookup, store)
+        loads = tuple(sorted((r, index[k][0], index[k][1]) for r, k in gets if k in index))
+        return LifecycleAnswer(refused=None, chunk_ends=ends, stored=stored_objs, hit=hit, tails=tails, loads=loads)
+
+
+def lifecycle_tokens(prompt: int, shared: int, lookup: int, seed: int) -> tuple[list[int], list[int]]:
+    """Return (stored, lookup) token ids: the lookup request's tokens, and a stored request sharing exactly `shared`
+    tokens with it."""
+    base = [(seed * 1_000_003 + 7919 * i) % VOCAB for i in range(max(prompt, lookup))]
+    stored = base[:shared] + [VOCAB + (i * 131 + seed) % 1000 for i in range(prompt - shared)]
+    return stored, base[:lookup]
+
+
+def compute_lifecycle_answer(geometry: Geometry, schedule: Schedule, prompt: int, shared: int, lookup: int,
+                             seed: int = 7, v: types.SimpleNamespace | None = None) -> LifecycleAnswer:
+    """Return vLLM's lifecycle answer for one stored request of `prompt` tokens and one lookup of `lookup` tokens
+    sharing `shared`."""
+    try:
+        lc = Lifecycle(geometry, schedule, max(prompt, lookup), v)
+    except Refused as exc:
+        return LifecycleAnswer(refused=exc.reason)
+    except ValueError as exc:  # a configuration vLLM's own validation refuses
+        return LifecycleAnswer(refused=str(exc).splitlines()[0])
+    stored, look = lifecycle_tokens(prompt, shared, lookup, seed)
+    return lc.answer(stored, look)
+
+
+# ---------------------------------------------------------------- generated scenarios and the comparison
+
+FIELDS = ("refusal", "chunk_ends", "stored", "hit", "tails", "loads")
+BUDGETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+MAX_TOKENS = 60_000
+
+
+@attrs.frozen(kw_only=True)
+class LifecycleCase:
+    """One stored request of `prompt` tokens computed under `schedule`, one lookup of `lookup` sharing `shared`."""
+
+    geometry: Geometry
+    schedule: Schedule
+    prompt: int
+    shared: int
+    lookup: int
+
+    def scenario(self, rules: str) -> Any:
+        """Return kvspec's scenario of the case under a rule set."""
+        from kvspec.spec.scenario import Scenario, StoredRequest
+        return Scenario(geometry=self.geometry, prompt=self.lookup, rules=rules, schedule=self.schedule,
+                        stored=(StoredRequest(prompt=self.prompt, shared=self.shared),))
+
+    def command(self, rules: str) -> str:
+        """Return the runnable `kvspec explain` command of the case."""
+        from .adapters import format_explain_command
+        s = self.schedule
+        extra = [f"--chunk-budget {s.budget}"] if s.budget is not None else []
+        if s.checkpoint_alignment is not None:
+            extra.append(f"--checkpoint-alignment {s.checkpoint_alignment}")
+        if s.long_prefill_threshold:
+            extra.append(f"--long-prefill-threshold {s.long_prefill_threshold}")
+        if not s.chunked:
+            extra.append("--no-chunked-prefill")
+        return " ".join([format_explain_command(attrs.evolve(self.scenario(rules), schedule=BLOCK)), *extra])
+
+
+BLOCK = Schedule()
+
+
+def draw_lifecycle_case(rng: Any) -> LifecycleCase:
+    """Return one generated case: u in 16..128, b = q·u, D in {1, 2, 4, 8}, EAGLE or not, either retention,
+    budgets 256..65536 (and b, b/2), prefill checkpoint blocks in one case of five; prompts around multiples of
+    L and of b, below MAX_TOKENS; the lookup identical, longer or sharing a random prefix."""
+    from kvspec.spec.geometry import Group, Parallel, compute_lcm_span
+    u = rng.choice([16, 32, 64, 128])
+    b = u * rng.choice([1, 2, 3, 4, 6, 8, 12])
+    eagle = rng.random() < 0.5
+    groups = [Group(kind="attention", block_size=b, eagle=eagle)]
+    if rng.random() < 0.2:
+        groups.append(Group(kind="attention", block_size=b, eagle=eagle and rng.random() < 0.5))
+    groups.append(Group(kind="mamba", block_size=b))
+    g = Geometry(unit=u, groups=tuple(groups), parallel=Parallel(dcp=rng.choice([1, 2, 4, 8])),
+                 retention=rng.choice(["replay", "dense"]))
+    lcm = compute_lcm_span(g)
+    top = min(MAX_TOKENS, 4 * lcm + 3 * b)
+
+    def length() -> int:
+        unit = lcm if rng.random() < 0.5 else b
+        k = rng.randint(1, max(1, top // unit))
+        return max(1, min(top, k * unit + rng.randint(-2 * u, 2 * u)))
+
+    p = length()
+    budget = rng.choice([*BUDGETS, b, max(1, b // 2), rng.randint(256, 65536)])
+    schedule = Schedule(budget=budget, checkpoint_alignment=rng.choice([None, None, None, None, 16, 1]))
+    n = rng.choice([p, p, p + rng.randint(1, 3 * u), length()])
+    s = rng.choice([min(p, n), min(p, n), rng.randint(0, min(p, n))])
+    return LifecycleCase(geometry=g, schedule=schedule, prompt=p, shared=s, lookup=n)
+
+
+def compute_spec_lifecycle(case: LifecycleCase, rules: str) -> LifecycleAnswer:
+    """Return kvspec's answer to a case in the oracle's terms."""
+    from kvspec.spec.errors import SpecError
+    from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
+    from kvspec.spec.scenario import evaluate_scenario
+    from kvspec.spec.schedule import compute_checkpoints
+    from kvspec.spec.store import compute_rule_store, compute_visible
+    try:
+        sc = case.scenario(rules)
+    except SpecError as err:
+        return LifecycleAnswer(refused=f"{err.rule}: {err.message}")
+    rs, g = get_rules(rules), case.geometry
+    lam = compute_lookahead(rs, g)
+    ends = compute_checkpoints(case.schedule, compute_rule_geometry(rs, g), Tokens(case.prompt), lam).ends
+    ranks = range(g.parallel.dcp)
+    stored = frozenset((gi, t, r) for gi, t in compute_visible(compute_rule_store(rs, g, Tokens(case.prompt),
+                                                                                   case.schedule),
+                                                                Tokens(case.shared), lam) for r in ranks)
+    out = evaluate_scenario(sc)
+    loads = tuple(sorted((r, e.group, e.key_boundary) for e in out.load for r in ranks))
+    return LifecycleAnswer(refused=None, chunk_ends=tuple(ends), stored=stored, hit=out.hit_length,
+                           tails=tuple((int(a), int(b)) for a, b in out.tails), loads=loads)
+
+
+def compare_lifecycle(case: LifecycleCase, rules: str, v: types.SimpleNamespace | None = None) -> dict[str, bool]:
+    """Return per-field agreement of kvspec and vLLM's engine on one case (only `refusal` when either refuses)."""
+    mine = compute_spec_lifecycle(case, rules)
+    theirs = compute_lifecycle_answer(case.geometry, case.schedule, case.prompt, case.shared, case.lookup, v=v)
+    if mine.refused is not None or theirs.refused is not None:
+        return {"refusal": (mine.refused is None) == (theirs.refused is None)}
+    return {"refusal": True, "chunk_ends": mine.chunk_ends == theirs.chunk_ends, "stored": mine.stored == theirs.stored,
+            "hit": mine.hit == theirs.hit, "tails": mine.tails == theirs.tails, "loads": mine.loads == theirs.loads}
+
+
+def iterate_lifecycle_cases(count: int, seed: int) -> list[LifecycleCase]:
+    """Return `count` generated cases, then issue 29's measured Kimi-like cases."""
+    import random
+
+    from kvspec.spec.presets import get_preset
+    rng = random.Random(seed)
+    cases = [draw_lifecycle_case(rng) for _ in range(count)]
+    kimi = get_preset("kimi-k3-dcp8")
+    for p, budget, retention, shared, look in ((15000, 2048, "replay", 15000, 15000), (30000, 32768, "replay", 30000, 30000),
+                                               (26000, 32768, "dense", 20000, 30000), (30000, 2048, "replay", 20000, 30000),
+                                               (15000, 16384, "dense", 15000, 15000)):
+        cases.append(LifecycleCase(geometry=attrs.evolve(kimi, retention=retention), schedule=Schedule(budget=budget),
+                                   prompt=p, shared=shared, lookup=look))
+    return cases
+
+
+def run_lifecycle_conformance(count: int = 300, seed: int = 0, rules: str | None = None) -> dict[str, Any]:
+    """Return the report of kvspec's rule set for the installed release against its real scheduler."""
+    import time
+    from importlib import metadata
+
+    from .rulesets import find_oracle_rules
+    version = metadata.version("vllm")
+    rules = rules or find_oracle_rules("vllm", version)
+    if rules is None:
+        raise ImportError(f"no rule set names vLLM {version} as its oracle (checks/rulesets.py)")
+    v = load_vllm()
+    t0 = time.perf_counter()
+    agree = dict.fromkeys(FIELDS, 0)
+    compared = dict.fromkeys(FIELDS, 0)
+    bad: list[dict[str, Any]] = []
+    cases = iterate_lifecycle_cases(count, seed)
+    for case in cases:
+        res = compare_lifecycle(case, rules, v)
+        for f, ok in res.items():
+            compared[f] += 1
+            agree[f] += ok
+        if not all(res.values()) and len(bad) < 10:
+            bad.append({"fields": [f for f, ok in res.items() if not ok], "command": case.command(rules)})
+    return {"rules": rules, "vllm": version, "seed": seed, "cases": len(cases), "compared": compared, "agree": agree,
+            "disagreements": bad, "ok": all(agree[f] == compared[f] for f in FIELDS),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def format_lifecycle_report(rep: dict[str, Any]) -> str:
+    """Return the readable report."""
+    out = [f"kvspec conform vllm-lifecycle: rule set {rep['rules']} vs vLLM {rep['vllm']}'s real scheduler, seed "
+           f"{rep['seed']}, {rep['cases']} cases, {rep['seconds']} s"]
+    for f in FIELDS:
+        c, a = rep["compared"][f], rep["agree"][f]
+        out.append(f"  {f:<10} {a:>6} / {c:<6} agree ({100.0 * a / c if c else 100.0:.2f}%)")
+    for d in rep["disagreements"]:
+        out.append(f"  DISAGREE on {', '.join(d['fields'])}: {d['command']}")
+    out.append("result: " + ("100% agreement" if rep["ok"] else "DISAGREEMENT (exit 1)"))
+    return "\n".join(out)
