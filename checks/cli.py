@@ -284,7 +284,7 @@ def format_schedule(scenario: Scenario) -> list[str]:
             continue
         c = compute_checkpoint(rg, r.prompt, lam)
         states = {i: sorted(compute_mamba_states(cps, g.groups[i].block_size, c)) for i in mamba}
-        inside = f" (checkpoint {cps.internal} exported inside the last chunk)" if cps.internal else ""
+        inside = f" (checkpoint blocks exported {list(cps.internals)})" if cps.internals else ""
         shown = "; ".join(f"group {i} {_short(v)}" for i, v in states.items())
         out.append(f"  stored prompt {r.prompt}: chunks end at {_short(cps.ends)}{inside}; Mamba states exist at: "
                    f"{shown}")

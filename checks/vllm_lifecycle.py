@@ -13,7 +13,7 @@ and every rank's load keys.
 Shims, none of which makes a vLLM decision:
 | shim | why |
 | --- | --- |
-| ``ModelConfig`` of a local Bamba-style ``config.json`` (one attention, one Mamba layer) | no weights, no hub; the KV-cache config is built from the geometry |
+| ``ModelConfig`` of a local GraniteMoeHybrid ``config.json`` (one Mamba, one attention layer) | no weights, no hub; the KV-cache config is built from the geometry |
 | ``SpeculativeConfig`` of a local EAGLE ``config.json`` | stands in for the draft model only; vLLM derives the EAGLE drop and λ |
 | ``KVCacheConfig`` built by hand, with the fields ``EngineCore`` derives (hash block size, hit alignment, retention) | no model executor profiles memory here |
 | the lookup client's transport calls rank 0's ``MooncakeStoreWorker.lookup`` in process | instead of ZMQ to a worker process |
@@ -85,12 +85,13 @@ class RecordingStore:
 def _model_dirs() -> tuple[str, str]:
     """Return (target, draft) folders holding the config.json files vLLM's configs read (written once)."""
     root = tempfile.mkdtemp(prefix="kvspec-lifecycle-")
-    target = {"architectures": ["BambaForCausalLM"], "model_type": "bamba", "vocab_size": VOCAB + 1024,
-              "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
-              "num_key_value_heads": 1, "attn_layer_indices": [1], "mamba_n_heads": 8, "mamba_d_head": 32,
-              "mamba_n_groups": 1, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 1,
-              "mamba_chunk_size": 256, "max_position_embeddings": 1 << 22, "rms_norm_eps": 1e-5,
-              "tie_word_embeddings": False, "torch_dtype": "float32"}
+    target = {"architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+              "vocab_size": VOCAB + 1024, "hidden_size": 256, "intermediate_size": 512, "shared_intermediate_size": 512,
+              "num_local_experts": 0, "num_experts_per_tok": 0, "num_hidden_layers": 2, "num_attention_heads": 8,
+              "num_key_value_heads": 1, "layer_types": ["mamba", "attention"], "mamba_n_heads": 8, "mamba_d_head": 32,
+              "mamba_n_groups": 1, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 1, "mamba_chunk_size": 256,
+              "max_position_embeddings": 1 << 22, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+              "torch_dtype": "float32", "position_embedding_type": "rope"}
     draft = {"architectures": ["EagleLlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB + 1024,
              "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1, "num_attention_heads": 8,
              "num_key_value_heads": 1, "max_position_embeddings": 1 << 22, "rms_norm_eps": 1e-5,
@@ -195,7 +196,8 @@ class Lifecycle:
                       structured_output_manager=StructuredOutputManager(self.config), block_size=lcm,
                       hash_block_size=unit)
         worker = self.eng.worker(0, store)
-        s.connector.connector_scheduler.client._lookup = lambda n, hashes: worker.lookup(n, list(hashes))
+        # the transport only (0.34.0 passes a deadline too): the client keeps its own timeout and circuit breaker
+        s.connector.connector_scheduler.client._lookup = lambda n, hashes, *_: worker.lookup(n, list(hashes))
         return s
 
     def request(self, req_id: str, tokens: Sequence[int]) -> Any:
@@ -237,10 +239,11 @@ class Lifecycle:
                         t._handle_request(t.request_queue.get())
             if req.is_finished():
                 break
-            sampled = [[7]] if n and done >= len(tokens) else [[]]
-            s.update_from_output(out, ModelRunnerOutput(req_ids=["stored"] if n else [],
-                                                        req_id_to_index={"stored": 0} if n else {},
-                                                        sampled_token_ids=sampled if n else []))
+            ids = ["stored"] if n else []
+            extra = {"req_id_to_index": {r: i for i, r in enumerate(ids)}} if self.v.release.runner_output_takes_index \
+                else {}
+            s.update_from_output(out, ModelRunnerOutput(req_ids=ids, **extra,
+                                                        sampled_token_ids=[[7] if done >= len(tokens) else []] * len(ids)))
         return tuple(ends)
 
     def lookup(self, tokens: Sequence[int], store: RecordingStore) -> tuple[int, tuple[tuple[int, int], ...],
@@ -295,10 +298,8 @@ def compute_lifecycle_answer(geometry: Geometry, schedule: Schedule, prompt: int
     sharing `shared`."""
     try:
         lc = Lifecycle(geometry, schedule, max(prompt, lookup), v)
-    except Refused as exc:
+    except Refused as exc:  # the connector's own block-size resolution refused the geometry
         return LifecycleAnswer(refused=exc.reason)
-    except ValueError as exc:  # a configuration vLLM's own validation refuses
-        return LifecycleAnswer(refused=str(exc).splitlines()[0])
     stored, look = lifecycle_tokens(prompt, shared, lookup, seed)
     return lc.answer(stored, look)
 

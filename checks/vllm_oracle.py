@@ -61,13 +61,14 @@ class Release:
     resolves_hash_lookahead: bool  # VllmConfig.num_hash_lookahead_tokens, resolved by vLLM's own
     #                                _resolve_num_hash_lookahead_tokens on the stand-in (0.34.0: lookahead on
     #                                the connector path); the coordinator and the chains then use that λ
+    runner_output_takes_index: bool  # ModelRunnerOutput(req_id_to_index=…) (dropped in 0.34.0; lifecycle oracle)
 
 
 RELEASES: dict[str, Release] = {
     "0.33.0": Release(version="0.33.0", key_module="data", tracker_takes_hash_block_size=False,
-                      worker_reads_pp_rank=False, resolves_hash_lookahead=False),
+                      worker_reads_pp_rank=False, resolves_hash_lookahead=False, runner_output_takes_index=True),
     "0.34.0": Release(version="0.34.0", key_module="layout", tracker_takes_hash_block_size=True,
-                      worker_reads_pp_rank=True, resolves_hash_lookahead=True),
+                      worker_reads_pp_rank=True, resolves_hash_lookahead=True, runner_output_takes_index=False),
 }
 
 

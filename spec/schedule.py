@@ -21,7 +21,7 @@ import math
 import attrs
 
 from .errors import SpecError
-from .geometry import Geometry, compute_group_ids, compute_lcm_span, has_eagle, is_fine
+from .geometry import Geometry, compute_alignment, compute_group_ids, compute_lcm_span, has_eagle, is_fine
 from .types import Tokens
 
 RULE_SCHEDULE = "schedule"
@@ -52,11 +52,11 @@ BLOCK_SCHEDULE = Schedule()
 
 @attrs.frozen(kw_only=True)
 class Checkpoints:
-    """The positions a cold prefill left Mamba states at: every chunk end, and the checkpoint a prefill
-    checkpoint block exported inside the last chunk (0: none)."""
+    """The positions a cold prefill left Mamba states at: every chunk end, and the states prefill checkpoint blocks
+    exported inside chunks (every chunk's under dense retention, the last chunk's under replay retention)."""
 
     ends: tuple[Tokens, ...]
-    internal: Tokens = Tokens(0)
+    internals: tuple[Tokens, ...] = ()
 
 
 def describe_schedule(schedule: Schedule) -> str:
@@ -134,8 +134,10 @@ def compute_chunk_split(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: one schedule per (geometry, prompt, λ)
 def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> Checkpoints:
     """Return the chunk ends of a cold prefill of P tokens (each step offered min(P − done, budget, threshold)
-    tokens, then split) and the internally exported checkpoint; the block schedule ends a chunk at every
-    multiple of b_s and at C."""
+    tokens, then split) and the checkpoints prefill checkpoint blocks export: in a chunk [s, e) the position
+    max(⌊e/a⌋·a − a, 0) with EAGLE, else ⌊(e − max(1, λ))/a⌋·a, when valid there — on every chunk under dense
+    retention, on the last under replay retention. The block schedule ends a chunk at every multiple of b_s and
+    at C."""
     b = compute_scheduler_block(geometry)
     if b == 0 or prompt <= 0:
         return Checkpoints(ends=(prompt,) if prompt > 0 else ())
@@ -153,27 +155,31 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
                         f"a budget of {schedule.budget} tokens cuts a prompt of {prompt} into more than {MAX_CHUNKS} "
                         f"chunks (spec/schedule.py): use a larger budget")
     ends: list[Tokens] = []
-    internal, done = Tokens(0), Tokens(0)
+    internals: list[Tokens] = []
+    done = Tokens(0)
+    a = compute_alignment(geometry)
     while done < prompt:
         offered = prompt - done
         if 0 < schedule.long_prefill_threshold < offered:
             offered = schedule.long_prefill_threshold
-        n, inside = compute_chunk_split(schedule, geometry, prompt, lookahead, done, Tokens(min(offered, schedule.budget)))
+        n, _ = compute_chunk_split(schedule, geometry, prompt, lookahead, done, Tokens(min(offered, schedule.budget)))
         if n <= 0:
             raise SpecError(RULE_UNSCHEDULABLE, f"the scheduler makes no progress at token {done} (budget "
                                                 f"{schedule.budget}, Mamba block {b})")
-        if inside:
-            internal = compute_checkpoint_position(prompt, geometry.unit if is_partial_schedule(geometry)
-                                                   else compute_lcm_span(geometry), has_eagle(geometry), lookahead)
-        done = Tokens(done + n)
+        end = Tokens(done + n)
+        if geometry.retention == "dense" or end >= prompt:  # replay retention reserves one on the last chunk only
+            q = compute_checkpoint_position(end, a, has_eagle(geometry), lookahead)
+            if is_internal_checkpoint(schedule, geometry, done, end, q):
+                internals.append(q)
+        done = end
         ends.append(done)
-    return Checkpoints(ends=tuple(ends), internal=internal)
+    return Checkpoints(ends=tuple(ends), internals=tuple(internals))
 
 
 def compute_mamba_states(checkpoints: Checkpoints, block_size: int, checkpoint: Tokens) -> frozenset[Tokens]:
-    """Return the positions a Mamba group of block size b holds a state at: chunk ends that are multiples of b, and
-    C when a chunk ended there or it was exported internally."""
-    out = {e for e in checkpoints.ends if e % block_size == 0}
-    if checkpoint > 0 and (checkpoint in checkpoints.ends or checkpoint == checkpoints.internal):
+    """Return the positions a Mamba group of block size b holds a state at: chunk ends and exported checkpoints that
+    are multiples of b, and C when a chunk ended there or a checkpoint block exported it (others are overwritten)."""
+    out = {e for e in (*checkpoints.ends, *checkpoints.internals) if e % block_size == 0}
+    if checkpoint > 0 and (checkpoint in checkpoints.ends or checkpoint in checkpoints.internals):
         out.add(checkpoint)
     return frozenset(out)
