@@ -275,6 +275,15 @@ def format_schedule(scenario: Scenario) -> list[str]:
     if rules.store != STORE_VLLM_0_33 or not mamba or scenario.objects is not None or not scenario.stored:
         return []
     rg, lam = compute_rule_geometry(rules, g), compute_lookahead(rules, g)
+    if scenario.schedule.budget is None:  # every block end has a state: one line, and what vLLM's default changes
+        line = f"schedule: {describe_schedule(scenario.schedule)}"
+        try:
+            h = compute_hit(attrs.evolve(scenario, schedule=Schedule(budget=RELEASE_BUDGET)))
+        except SpecError:
+            return [line]
+        here = compute_hit(scenario)
+        return [f"{line}; under vLLM serve's default budget (--chunk-budget {RELEASE_BUDGET}, H100/H200) the hit "
+                f"is {h}" + (" too" if h == here else f", not {here}: fewer Mamba states exist there")]
     out = [f"schedule: {describe_schedule(scenario.schedule)}"]
     for r in scenario.stored:
         try:
@@ -288,15 +297,6 @@ def format_schedule(scenario: Scenario) -> list[str]:
         shown = "; ".join(f"group {i} {_short(v)}" for i, v in states.items())
         out.append(f"  stored prompt {r.prompt}: chunks end at {_short(cps.ends)}{inside}; Mamba states exist at: "
                    f"{shown}")
-    if scenario.schedule.budget is None:
-        try:
-            alt = attrs.evolve(scenario, schedule=Schedule(budget=RELEASE_BUDGET))
-            h = compute_hit(alt)
-        except SpecError:
-            return out
-        here = compute_hit(scenario)
-        out.append(f"  under vLLM serve's default budget (--chunk-budget {RELEASE_BUDGET}, H100/H200) the hit is {h}"
-                   + (" too" if h == here else f", not {here}: fewer Mamba states exist there"))
     return out
 
 
@@ -471,7 +471,7 @@ def _need(module: str, extra: str, what: str) -> None:
 
 def _conform(args: argparse.Namespace) -> int:
     if (args.engine is None) == (args.adapter is None):
-        raise SpecError("cli-usage", "give exactly one of the engine (vllm) and --adapter MODULE:OBJECT")
+        raise SpecError("cli-usage", "give exactly one of the engine (vllm, vllm-lifecycle) and --adapter MODULE:OBJECT")
     rules = args.rules or DEFAULT_RULES
     if args.adapter is None and args.rules is None:  # the installed release's own rule set (checks/rulesets.py)
         from importlib import metadata
@@ -496,7 +496,7 @@ def _conform(args: argparse.Namespace) -> int:
         rep = run_adapter_conformance(load_adapter(args.adapter), rules, examples, args.seed)
         print(json.dumps(rep, indent=2) if args.json else format_adapter_report(rep))
         return 0 if rep["ok"] else 1
-    _refuse_flags(args, "conform vllm (it draws --count generated scenarios)", ("examples",))
+    _refuse_flags(args, f"conform {args.engine} (it draws --count generated scenarios)", ("examples",))
     count = 2000 if args.count is None else args.count
     if count < 0 or count > 1_000_000:
         raise SpecError("conform-count", f"--count must be within 0..1000000, got {count}")
@@ -504,8 +504,13 @@ def _conform(args: argparse.Namespace) -> int:
         from kvspec.checks.vllm_oracle import load_vllm
         load_vllm()
     except Exception as exc:  # noqa: BLE001 - an import of vLLM fails in many ways; each is "not available here"
-        _die("conform-deps", f"kvspec conform vllm needs vllm==0.33.0 importable: make vllm-venv, then "
-                             f".venv-vllm/bin/kvspec conform vllm ({type(exc).__name__}: {exc})")
+        _die("conform-deps", f"kvspec conform {args.engine} needs a vLLM release importable: make vllm-venv, then "
+                             f".venv-vllm/bin/kvspec conform {args.engine} ({type(exc).__name__}: {exc})")
+    if args.engine == "vllm-lifecycle":
+        from kvspec.checks.vllm_lifecycle import format_lifecycle_report, run_lifecycle_conformance
+        rep = run_lifecycle_conformance(count, args.seed, rules=rules)
+        print(json.dumps(rep, indent=2) if args.json else format_lifecycle_report(rep))
+        return 0 if rep["ok"] else 1
     from kvspec.checks.conform import format_report, run_conformance
     rep = run_conformance(count, args.seed, rules=rules)
     print(json.dumps(rep, indent=2) if args.json else format_report(rep))
@@ -601,9 +606,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--quiet", action="store_true", help="no progress line on stderr as each task ends")
     v.add_argument("--list", action="store_true", help="print the check ids (with --only: those it selects) and exit")
     v.add_argument("--only", nargs="+", metavar="ID", help="run only these checks (shell patterns: 'I-2*', 'MUT-*')")
-    c = sub.add_parser("conform", help="compare a rule set with an engine's own code (vllm: vLLM 0.33.0)")
-    c.add_argument("engine", nargs="?", choices=["vllm"], help="the engine whose code is the oracle (needs "
-                   "vllm==0.33.0 importable: make vllm-venv, then .venv-vllm/bin/kvspec conform vllm)")
+    c = sub.add_parser("conform", help="compare a rule set with an engine's own code (vllm: the installed vLLM "
+                                       "release's functions; vllm-lifecycle: its real scheduler)")
+    c.add_argument("engine", nargs="?", choices=["vllm", "vllm-lifecycle"],
+                   help="the engine whose code is the oracle: vllm drives the connector's functions one by one, "
+                        "vllm-lifecycle runs the real Scheduler, KV-cache manager and every rank's transfer threads "
+                        "(needs a vLLM release importable: make vllm-venv, then .venv-vllm/bin/kvspec conform vllm)")
     c.add_argument("--adapter", metavar="MODULE:OBJECT",
                    help="an engine adapter (checks/adapters.py protocol), e.g. kvspec.checks.adapters:IMPL: the "
                         "explain vectors of --rules, then a Hypothesis search, shrunk to an explain command")
@@ -611,7 +619,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the rule set compared with the engine's answers (default {DEFAULT_RULES}): the one the adapter "
                         f"claims, or for vllm the one held against vLLM's code")
     c.add_argument("--examples", type=int, help="--adapter only: scenarios the search tries after the vectors (300)")
-    c.add_argument("--count", type=int, help="vllm only: generated scenarios, plus the worked examples (2000)")
+    c.add_argument("--count", type=int, help="vllm, vllm-lifecycle: generated scenarios, plus the worked examples "
+                                             "(2000)")
     c.add_argument("--seed", type=int, default=0, help="seed of the scenario generator")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     k = sub.add_parser("keys", help="parse store keys, or check a key dump against a geometry")

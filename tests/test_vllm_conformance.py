@@ -308,3 +308,52 @@ def test_lookahead_hashes_are_granted_exactly_to_the_drafters_whose_draft_kv_rea
         cfg.num_prefill_lookahead_tokens = VllmConfig.num_prefill_lookahead_tokens.fget(cfg)
         assert cfg.num_prefill_lookahead_tokens == 1, method
         assert VllmConfig._resolve_num_hash_lookahead_tokens(cfg) == lam, method
+
+
+# ---------------------------------------------------------------- the lifecycle: vLLM's real scheduler
+
+
+def test_lifecycle_conformance_on_generated_scenarios(v, rules):
+    """kvspec's schedule (spec/schedule.py) against the release's real Scheduler, KV-cache manager and every rank's
+    transfer threads: chunk ends, objects stored per rank, hit, tails, every rank's load keys, 300 generated cases
+    (budgets 256..65536, both retentions, EAGLE, prefill checkpoint blocks) plus issue 29's Kimi-like cases."""
+    from kvspec.checks.vllm_lifecycle import format_lifecycle_report, run_lifecycle_conformance
+    rep = run_lifecycle_conformance(300, seed=0, rules=rules)
+    assert rep["cases"] >= 300 and all(rep["compared"][f] == rep["cases"] for f in ("refusal", "hit"))
+    assert rep["ok"], format_lifecycle_report(rep)
+
+
+# the Mamba states vLLM's engine stores for P = 30000 on the Kimi-like geometry, per budget: under 0.33.0's EAGLE drop
+# the replay point 12288 exists only when a chunk ends there; under 0.34.0 (lookahead, no drop) the replay point
+# 29184 is the last cacheable block end, where every schedule stops
+LIFECYCLE_P30000 = {"vllm-0.33.0": {32768: [29824], 2048: [12288, 29824]},
+                    "vllm-0.34.0": {32768: [29184, 29952], 2048: [29184, 29952]}}
+
+
+def test_lifecycle_oracle_sees_the_schedule(v, rules):
+    """P = 30000 on the Kimi-like geometry under budgets 32768 and 2048: vLLM's engine and kvspec store the same
+    Mamba states, the ones tabled above."""
+    from kvspec.checks.vllm_lifecycle import LifecycleCase, compare_lifecycle, compute_lifecycle_answer
+    from kvspec.spec.schedule import Schedule
+    g = get_preset("kimi-k3-dcp8")
+    for budget, states in LIFECYCLE_P30000[rules].items():
+        ans = compute_lifecycle_answer(g, Schedule(budget=budget), 30000, 30000, 30000, v=v)
+        assert sorted({t for gid, t, _ in ans.stored if gid == 1}) == states
+        case = LifecycleCase(geometry=g, schedule=Schedule(budget=budget), prompt=30000, shared=30000, lookup=30000)
+        assert all(compare_lifecycle(case, rules, v).values())
+
+
+def test_lifecycle_comparison_can_fail(v, rules):
+    """The lifecycle oracle has power: kvspec under the block schedule (a Mamba state at every block end, the model
+    before issue 29) disagrees with vLLM's scheduler on some of the same cases, per field."""
+    from kvspec.checks.vllm_lifecycle import compute_lifecycle_answer, compute_spec_lifecycle, iterate_lifecycle_cases
+    from kvspec.spec.schedule import BLOCK_SCHEDULE
+    bad = {"stored": 0, "hit": 0}
+    for case in iterate_lifecycle_cases(60, seed=0):
+        theirs = compute_lifecycle_answer(case.geometry, case.schedule, case.prompt, case.shared, case.lookup, v=v)
+        mine = compute_spec_lifecycle(case, rules)
+        block = compute_spec_lifecycle(attrs.evolve(case, schedule=BLOCK_SCHEDULE), rules)
+        assert (mine.stored, mine.hit) == (theirs.stored, theirs.hit)
+        bad["stored"] += block.stored != theirs.stored
+        bad["hit"] += block.hit != theirs.hit
+    assert bad["stored"] > 0 and bad["hit"] > 0, bad
