@@ -199,6 +199,42 @@ def bench_efficiency(rule_sets: tuple[str, ...] = MEASURED, step: int = 7) -> li
     return rows
 
 
+SYSTEM_PROMPTS = (8192, 20000, 65536)  # a shared system prompt, then a distinct user turn of USER_TURN tokens
+USER_TURN = 1000
+SHARED_BUDGETS = (None, 2048, 8192, 32768)  # the block schedule, then max_num_batched_tokens (8192: vllm serve, H100)
+
+
+def bench_shared_prompt(rule_sets: tuple[str, ...] = ("vllm-0.33.0", "vllm-0.34.0")) -> list[dict[str, Any]]:
+    """Return, on kimi-k3-dcp8 per retention, rule set and system prompt length, the hit of a second request that
+    shares only the system prompt with a stored one (each sys + USER_TURN tokens), per chunk budget of the stored
+    prefill, and under kvspec's proposal (budget 32768, a chunk also ending at every multiple of L) with the
+    scheduler steps it costs (chunks of the stored prefill)."""
+    from kvspec.spec.geometry import compute_lcm_span
+    from kvspec.spec.rules import compute_rule_geometry
+    from kvspec.spec.schedule import Schedule, compute_checkpoints
+    g0 = get_preset("kimi-k3-dcp8")
+    lcm = compute_lcm_span(g0)
+    rows = []
+    for retention in ("replay", "dense"):
+        g = attrs.evolve(g0, retention=retention)
+        for rules in rule_sets:
+            rs = get_rules(rules)
+            for sys_prompt in SYSTEM_PROMPTS:
+                p = sys_prompt + USER_TURN
+                scheds = {str(b or "block"): Schedule(budget=b) for b in SHARED_BUDGETS}
+                scheds["32768+L"] = Schedule(budget=32768, stop_every=lcm)
+                hits, steps = {}, {}
+                for name, sched in scheds.items():
+                    sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=sys_prompt),),
+                                  rules=rules, schedule=sched)
+                    hits[name] = int(evaluate_scenario(sc).hit_length)
+                    steps[name] = len(compute_checkpoints(sched, compute_rule_geometry(rs, g), p,
+                                                          compute_lookahead(rs, g)).ends)
+                rows.append({"retention": retention, "rules": rules, "system_prompt": sys_prompt, "prompt": p,
+                             "reusable": compute_reusable(sys_prompt, p, g.unit), "hits": hits, "steps": steps})
+    return rows
+
+
 def iterate_conversations(count: int, turns: int, seed: int, scale: int) -> list[list[int]]:
     """Return each conversation's prompt lengths: turn k+1 resends turn k's prompt, its answer and a new message.
 
@@ -295,6 +331,14 @@ def format_bench(out: dict[str, Any]) -> str:
         lines.append(f"efficiency {r['geometry']:<13} {r['retention']:<6} {r['rules']:<21}: reused/reusable "
                      f"{r['reused_over_reusable']:.1%}, zero hits {r['zero_hits']}/{r['prompts']}"
                      + (f", 1M resend hits {r['hit_at_1m']}" if "hit_at_1m" in r else ""))
+    if out.get("shared_prompt"):
+        names = list(out["shared_prompt"][0]["hits"])
+        lines.append(f"shared system prompt (kimi-k3-dcp8, + a {USER_TURN}-token user turn): the second request's hit "
+                     f"per chunk budget of the first ({', '.join(names)}; 32768+L: kvspec's proposal), steps = chunks")
+    for r in out.get("shared_prompt", []):
+        cells = ", ".join(f"{r['hits'][k]}" for k in r["hits"])
+        lines.append(f"shared {r['retention']:<6} {r['rules']:<12} system {r['system_prompt']:>6}: hit {cells} of "
+                     f"{r['reusable']}; steps {r['steps']['32768']} -> {r['steps']['32768+L']} with the proposal")
     for r in out.get("conversations", []):
         lines.append(f"conversation {r['geometry']:<13} {r['retention']:<6} {r['rules']:<21}: reused/reusable "
                      f"{r['reused_over_reusable']:.1%}, zero hits {r['zero_hits']}/{r['turns']} turns")
@@ -322,6 +366,7 @@ def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool =
     if not transfer_only:
         out["efficiency"] = bench_efficiency(step=49 if quick else 7)
         out["conversations"] = bench_conversations(count=4 if quick else 12)
+        out["shared_prompt"] = bench_shared_prompt()
     if plot:
         try:
             render_plot(plot, step=49 if quick else 7)

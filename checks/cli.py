@@ -185,12 +185,12 @@ def _scenario(args: argparse.Namespace) -> Scenario:
 def _schedule(args: argparse.Namespace) -> Schedule:
     """Return the --chunk-budget / --no-chunked-prefill / --checkpoint-alignment / --long-prefill-threshold schedule."""
     if args.chunk_budget is None and (args.no_chunked_prefill or args.checkpoint_alignment is not None
-                                      or args.long_prefill_threshold):
-        raise SpecError("schedule", "--no-chunked-prefill, --checkpoint-alignment and --long-prefill-threshold "
-                                    "describe a scheduler with a token budget: give --chunk-budget B too")
+                                      or args.long_prefill_threshold or args.stop_every):
+        raise SpecError("schedule", "--no-chunked-prefill, --checkpoint-alignment, --long-prefill-threshold and "
+                                    "--stop-every describe a scheduler with a token budget: give --chunk-budget B too")
     return Schedule(budget=args.chunk_budget, chunked=not args.no_chunked_prefill,
                     checkpoint_alignment=args.checkpoint_alignment,
-                    long_prefill_threshold=args.long_prefill_threshold or 0)
+                    long_prefill_threshold=args.long_prefill_threshold or 0, stop_every=args.stop_every or 0)
 
 
 def compute_why(scenario: Scenario, outcome: Outcome) -> str | None:
@@ -577,6 +577,8 @@ def build_parser() -> argparse.ArgumentParser:
     sch.add_argument("--checkpoint-alignment", type=int, metavar="A",
                      help="prefill checkpoint blocks export the checkpoint inside a chunk (FlashKDA: 16)")
     sch.add_argument("--long-prefill-threshold", type=int, metavar="T", help="long_prefill_token_threshold")
+    sch.add_argument("--stop-every", type=int, metavar="K",
+                     help="kvspec's proposal (not in vLLM): also end a prefill chunk at every multiple of K tokens")
     look = e.add_argument_group("the lookup")
     look.add_argument("--prompt", type=int, metavar="N", help="the looked-up request's length in tokens (required)")
     rules = look.add_mutually_exclusive_group()

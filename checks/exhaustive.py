@@ -10,6 +10,7 @@ import attrs
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
 from kvspec.spec.rules import compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest
+from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
 from kvspec.spec.types import Rank, Tokens
 
@@ -52,9 +53,17 @@ def compute_lengths(g: Geometry, limit_units: int) -> list[int]:
     return sorted(v for v in vals if 0 <= v <= 2 * compute_lcm_span(g) + 2 * u)
 
 
-def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = True,
-                      rules: str = "pr53324") -> Iterator[Scenario]:
-    """Yield the scenarios of one geometry: prompts near every span boundary, every shared prefix, single evictions."""
+def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = True, rules: str = "pr53324",
+                      schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,)) -> Iterator[Scenario]:
+    """Yield the scenarios of one geometry under each schedule: prompts near every span boundary, every shared
+    prefix, single evictions."""
+    for schedule in schedules:
+        for sc in _iterate_scenarios(geometry, limit_units, evict, rules, schedule):
+            yield sc if schedule == BLOCK_SCHEDULE else attrs.evolve(sc, schedule=schedule)
+
+
+def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, rules: str,
+                       schedule: Schedule) -> Iterator[Scenario]:
     lens = compute_lengths(geometry, limit_units)
     u = geometry.unit
     for p in lens:
@@ -65,7 +74,8 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
         yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
         if evict and p >= 1:
             rs = get_rules(rules)
-            objs = compute_visible(compute_rule_store(rs, geometry, Tokens(p)), Tokens(p), compute_lookahead(rs, geometry))
+            objs = compute_visible(compute_rule_store(rs, geometry, Tokens(p), schedule), Tokens(p),
+                                   compute_lookahead(rs, geometry))
             last = Rank(geometry.parallel.dcp - 1)
             for g, t in sorted(objs):
                 yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
@@ -82,11 +92,11 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
 
 def iterate_all(limit_units: int = 3, evict: bool = True, stride: int = 1, offset: int = 0,
                 dcps: tuple[int, ...] = DCPS, rules: str = "pr53324", units: tuple[int, ...] = UNITS,
-                max_q: int = MAX_Q) -> Iterator[Scenario]:
+                max_q: int = MAX_Q, schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,)) -> Iterator[Scenario]:
     """Yield every scenario of the scope (geometries offset, offset+stride, ... for parallel workers)."""
     for k, g in enumerate(iterate_geometries(dcps, units, max_q)):
         if k % stride == offset:
-            yield from iterate_scenarios(g, limit_units, evict, rules)
+            yield from iterate_scenarios(g, limit_units, evict, rules, schedules)
 
 
 def _set(xs: tuple[int, ...]) -> str:
@@ -104,17 +114,22 @@ class Scope:
     limit_units: int = 3  # prompts of up to this many units, besides those near every span multiple
     evict: bool = True  # single-shard and all-rank evictions of every stored object
     rules: str = "pr53324"
+    schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,)  # how the stored requests were scheduled (spec/schedule.py)
 
     def describe(self) -> str:
         """Return the scope in words (the verify table's statements quote it)."""
         ev = "single-shard and all-rank evictions, " if self.evict else ""
+        sched = "" if self.schedules == (BLOCK_SCHEDULE,) else \
+            f"; stored prefills scheduled under chunk budgets {_set(tuple(sorted({s.budget for s in self.schedules if s.budget})))} " \
+            f"(prefill checkpoint blocks on some)"
         return (f"D∈{_set(self.dcps)}, u∈{_set(self.units)}, b≤{self.max_q}u, attention + Mamba (+ an equal-spec draft "
                 f"group or a second Mamba size), EAGLE on/off, both retentions, prompts near every span boundary and "
-                f"up to {self.limit_units} units, every shared prefix, {ev}two stored requests; rules {self.rules}")
+                f"up to {self.limit_units} units, every shared prefix, {ev}two stored requests; rules {self.rules}{sched}")
 
     def iterate(self, stride: int = 1, offset: int = 0) -> Iterator[Scenario]:
         """Yield the scope's scenarios (geometries offset, offset+stride, ...)."""
-        return iterate_all(self.limit_units, self.evict, stride, offset, self.dcps, self.rules, self.units, self.max_q)
+        return iterate_all(self.limit_units, self.evict, stride, offset, self.dcps, self.rules, self.units, self.max_q,
+                           self.schedules)
 
     def geometries(self, stride: int = 1, offset: int = 0) -> Iterator[Geometry]:
         """Yield the scope's geometries offset, offset+stride, ..."""
@@ -124,7 +139,7 @@ class Scope:
 
     def scenarios(self, geometry: Geometry) -> Iterator[Scenario]:
         """Yield the scope's scenarios of one of its geometries."""
-        return iterate_scenarios(geometry, self.limit_units, self.evict, self.rules)
+        return iterate_scenarios(geometry, self.limit_units, self.evict, self.rules, self.schedules)
 
     def same_but_rules(self, other: Scope) -> bool:
         """Return whether the two scopes visit the same scenarios, under their own rule sets."""
@@ -135,5 +150,12 @@ SCOPE_SMALL = Scope(name="small")  # EXHAUSTIVE: the registry under the PR's rul
 SCOPE_SMALL_VLLM = Scope(name="small-vllm", rules="vllm-0.33.0")  # the same under vLLM 0.33.0's rules
 SCOPE_SMALL_LOOKAHEAD = Scope(name="small-lookahead", rules="vllm-0.33.0-lookahead")  # and with hash lookahead
 SCOPE_SMALL_0_34 = Scope(name="small-0.34", rules="vllm-0.34.0")  # and under vLLM 0.34.0 (λ with a drafter only)
+# the registry when the stored prefill ran under a chunk budget (spec/schedule.py): budgets from one token to a few
+# scheduler blocks, prefill checkpoint blocks on two of them (the block schedule is SCOPE_SMALL_VLLM's)
+SCHEDULES = (*(Schedule(budget=b) for b in (1, 2, 3, 8, 24)),
+             Schedule(budget=3, checkpoint_alignment=1), Schedule(budget=24, checkpoint_alignment=1))
+SCOPE_SCHEDULES_VLLM = Scope(name="schedules-vllm", rules="vllm-0.33.0", dcps=(1, 8), units=(1, 2), max_q=3,
+                             schedules=SCHEDULES)
+SCOPE_SCHEDULES_0_34 = attrs.evolve(SCOPE_SCHEDULES_VLLM, name="schedules-0.34", rules="vllm-0.34.0")
 SCOPE_FAILURE = Scope(name="failure", dcps=(1, 2, 4), units=(1, 2), max_q=3, evict=False)  # the failure closure
 SCOPE_MUTANTS = Scope(name="mutant-hunt", dcps=(2, 8, 4, 1))  # mutants: the DCP cases first, they catch soonest

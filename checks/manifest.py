@@ -22,6 +22,8 @@ from .exhaustive import (
     SCOPE_FAILURE,
     SCOPE_MUTANTS,
     SCOPE_SMALL,
+    SCOPE_SCHEDULES_0_34,
+    SCOPE_SCHEDULES_VLLM,
     SCOPE_SMALL_0_34,
     SCOPE_SMALL_LOOKAHEAD,
     SCOPE_SMALL_VLLM,
@@ -560,6 +562,8 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     if full:  # the registry over the whole scope under the lookahead rule set too (its Z3 chain is in make verify)
         exhaustive += (("EXHAUSTIVE/vllm-0.33.0-lookahead", SCOPE_SMALL_LOOKAHEAD),)
     out += [ExhaustiveCheck(rows=exhaustive),
+            ExhaustiveCheck(rows=(("EXHAUSTIVE/vllm-0.33.0/schedules", SCOPE_SCHEDULES_VLLM),
+                                  ("EXHAUSTIVE/vllm-0.34.0/schedules", SCOPE_SCHEDULES_0_34))),
             LinkCheck(rows=(("LINK-exhaustive", "lookup"), ("LINK-failure", "failure")), scope=LINK_SCOPE),
             LinkHypothesisCheck(), LinkCheck(rows=(("LINK-exhaustive-draft", "lookup"),), scope=LINK_SCOPE_DRAFT)]
     for r in VLLM_RULES:  # each closed form of vLLM 0.33.0's store rule, linked as the PR's is

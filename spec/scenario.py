@@ -258,7 +258,7 @@ def encode_error(err: SpecError) -> dict[str, Any]:
 
 _SCENARIO_KEYS = {"dcp", "unit", "groups", "retention", "stored_prompt", "stored", "prompt", "shared", "legacy",
                   "interleave", "pcp", "rules", "requests", "evicted", "schedule"}
-_SCHEDULE_KEYS = {"budget", "chunked", "checkpoint_alignment", "long_prefill_threshold"}
+_SCHEDULE_KEYS = {"budget", "chunked", "checkpoint_alignment", "long_prefill_threshold", "stop_every"}
 
 
 def encode_schedule(schedule: Schedule) -> dict[str, Any]:

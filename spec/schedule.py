@@ -37,10 +37,13 @@ class Schedule:
     chunked: bool = True  # enable_chunked_prefill; off: a prompt over the budget is never scheduled
     checkpoint_alignment: int | None = None  # prefill checkpoint blocks (FlashKDA 16, Mamba2 1); None: none
     long_prefill_threshold: int = 0  # long_prefill_token_threshold (0: off)
+    stop_every: int = 0  # kvspec's proposal, not vLLM's: also end a chunk at every multiple k·K of this and at the
+    #                      Mamba block end before it, k·K − b (where an EAGLE-dropped hit lands); 0: off
 
     def __attrs_post_init__(self) -> None:
         for what, x, lo in (("chunk budget", self.budget, 1), ("checkpoint alignment", self.checkpoint_alignment, 1),
-                            ("long prefill threshold", self.long_prefill_threshold, 0)):
+                            ("long prefill threshold", self.long_prefill_threshold, 0),
+                            ("stop_every", self.stop_every, 0)):
             if x is not None and (not isinstance(x, int) or isinstance(x, bool) or x < lo):
                 raise SpecError(RULE_SCHEDULE, f"{what} must be an integer >= {lo}, got {x!r}")
         if not isinstance(self.chunked, bool):
@@ -70,6 +73,9 @@ def describe_schedule(schedule: Schedule) -> str:
         out.append(f"prefill checkpoint blocks (alignment {schedule.checkpoint_alignment})")
     if schedule.long_prefill_threshold:
         out.append(f"long prefill threshold {schedule.long_prefill_threshold}")
+    if schedule.stop_every:
+        out.append(f"a chunk also ends at every multiple of {schedule.stop_every} and the Mamba block end before it "
+                   f"(kvspec's proposal)")
     return ", ".join(out)
 
 
@@ -107,7 +113,8 @@ def compute_chunk_split(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
     """Return (the chunk's length, whether it exports the checkpoint internally): the offered tokens cut to a Mamba
     block end unless the chunk finishes the prompt (or the block is wider than a chunk can be), then stopped at
     the first mandatory position strictly inside it — the next block end of a chunk that starts mid-block, the last
-    cacheable block end (C at block size b), and C at unit size when hits land inside a block."""
+    cacheable block end (C at block size b), and C at unit size when hits land inside a block (with kvspec's
+    proposal also every k·K and k·K − b)."""
     b, u, drop = compute_scheduler_block(geometry), geometry.unit, has_eagle(geometry)
     partial = is_partial_schedule(geometry)
     end = start + offered
@@ -122,10 +129,13 @@ def compute_chunk_split(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
         if aligned > start or b <= cap:
             end = aligned
     tail = compute_checkpoint_position(prompt, u, drop, lookahead) if partial and not internal else 0
+    k = schedule.stop_every
     stops = (
         (start // b + 1) * b if start % b != 0 and not internal else 0,
         last_cache,
         tail if last_cache < tail < prompt else 0,
+        (start // k + 1) * k if k else 0,
+        ((start + b) // k + 1) * k - b if k else 0,
     )
     end = min((s for s in stops if start < s < end), default=end)
     return Tokens(max(end - start, 0)), internal

@@ -159,3 +159,24 @@ def test_explain_refuses_bad_schedules(capsys, extra, rule):
     argv = [a for a in EXPLAIN if a not in ("--rules", "vllm-0.33.0")] if "--rules" in extra else EXPLAIN
     rc, _, err = run_cli([*argv, *extra], capsys)
     assert rc == 2 and f"{rule}:" in err and "Traceback" not in err
+
+
+def test_shared_system_prompt_table():
+    """The README's shared-system-prompt table (kvspec bench): large budgets lose hits the block schedule has, and
+    kvspec's proposal (a chunk also ending at every k·L and k·L − b) gets every one back."""
+    from kvspec.checks.bench import bench_shared_prompt
+    rows = bench_shared_prompt()
+    assert len(rows) == 12
+    assert all(r["hits"]["32768+L"] == r["hits"]["block"] for r in rows)
+    assert all(r["steps"]["32768+L"] >= r["steps"]["32768"] for r in rows)
+    lost = [r for r in rows if r["hits"]["32768"] < r["hits"]["block"]]
+    assert {(r["retention"], r["rules"], r["system_prompt"]) for r in lost} == {
+        ("replay", "vllm-0.33.0", 65536), ("dense", "vllm-0.33.0", 20000), ("dense", "vllm-0.33.0", 65536),
+        ("dense", "vllm-0.34.0", 20000), ("dense", "vllm-0.34.0", 65536)}
+
+
+def test_stop_every_is_a_proposal_option(capsys):
+    rc, out, _ = run_cli(["explain", "--preset", "kimi-k3-dcp8", "--retention", "dense", "--stored-prompt", "66536",
+                          "--shared", "65536", "--prompt", "66536", "--chunk-budget", "32768", "--stop-every", "12288"],
+                         capsys)
+    assert rc == 0 and "hit length: 61440" in out and "kvspec's proposal" in out
