@@ -101,6 +101,8 @@ test-vllm: $(VSTAMP) $(VSTAMP34)
 conform: $(VSTAMP) $(VSTAMP34)
 	$(VVENV)/bin/kvspec conform vllm
 	$(VVENV34)/bin/kvspec conform vllm
+	$(VVENV)/bin/kvspec conform vllm-lifecycle --count 2000
+	$(VVENV34)/bin/kvspec conform vllm-lifecycle --count 2000
 
 test-fast: $(STAMP)
 	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -x -m "not live and not slow and not vllm and not soak" tests

@@ -377,7 +377,8 @@ def _fails_check(result: dict[str, Any]) -> bool:
 
 
 _SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "interleave", "pcp", "stored_prompt", "stored",
-                   "evict", "prompt", "shared", "stored_json", "rules", "legacy_tail_key", "from_vllm")
+                   "evict", "prompt", "shared", "stored_json", "rules", "legacy_tail_key", "from_vllm", "chunk_budget",
+                   "no_chunked_prefill", "checkpoint_alignment", "long_prefill_threshold", "stop_every")
 
 
 def _explain(args: argparse.Namespace) -> int:

@@ -20,11 +20,11 @@ Nothing of vLLM is copied; every decision below is made by a vLLM function:
 | load keys | ``KVCacheStoreRecvingThread._handle_request`` over ``ChunkedTokenDatabase.process_tokens`` |
 | key strings | ``KeyMetadata``, ``PoolKey.build_prefix`` / ``build_key_string`` |
 
-One modelling step is kvspec's, not vLLM's: which Mamba states *exist* to be retained. kvspec
-takes the state at every Mamba block end the prefill passes (align mode with chunks cut at Mamba
-block ends) and the state at the prompt checkpoint; vLLM decides which of them are kept and
-stored (the functions above). The scheduler's chunking and the core's copy-on-write hand-off
-that produce those states are not driven here.
+One modelling step is kvspec's, not vLLM's: which Mamba states *exist* to be retained. Here kvspec
+takes the block schedule (spec/schedule.py: a state at every Mamba block end the prefill passes, and
+at the prompt checkpoint); vLLM decides which of them are kept and stored (the functions above).
+Which states exist under a chunk budget — the scheduler's chunking and the core's hand-off — is
+checked against vLLM's real scheduler by vllm_lifecycle.py (`kvspec conform vllm-lifecycle`).
 """
 
 from __future__ import annotations
