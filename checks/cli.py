@@ -32,7 +32,7 @@ from kvspec.spec.scenario import (
 )
 from kvspec.spec.schedule import Schedule
 from kvspec.spec.store import RankObj
-from kvspec.spec.types import Boundary, GroupId, Rank
+from kvspec.spec.types import Boundary, GroupId, Rank, Tokens
 
 
 class _Parser(argparse.ArgumentParser):
@@ -287,11 +287,11 @@ def format_schedule(scenario: Scenario) -> list[str]:
     out = [f"schedule: {describe_schedule(scenario.schedule)}"]
     for r in scenario.stored:
         try:
-            cps = compute_checkpoints(scenario.schedule, rg, r.prompt, lam)
+            cps = compute_checkpoints(scenario.schedule, rg, Tokens(r.prompt), lam)
         except SpecError as err:
             out.append(f"  stored prompt {r.prompt}: {err.rule}: {err.message}")
             continue
-        c = compute_checkpoint(rg, r.prompt, lam)
+        c = compute_checkpoint(rg, Tokens(r.prompt), lam)
         states = {i: sorted(compute_mamba_states(cps, g.groups[i].block_size, c)) for i in mamba}
         inside = f" (checkpoint blocks exported {list(cps.internals)})" if cps.internals else ""
         shown = "; ".join(f"group {i} {_short(v)}" for i, v in states.items())

@@ -119,9 +119,9 @@ class Scope:
     def describe(self) -> str:
         """Return the scope in words (the verify table's statements quote it)."""
         ev = "single-shard and all-rank evictions, " if self.evict else ""
+        budgets = tuple(sorted({s.budget for s in self.schedules if s.budget}))
         sched = "" if self.schedules == (BLOCK_SCHEDULE,) else \
-            f"; stored prefills scheduled under chunk budgets {_set(tuple(sorted({s.budget for s in self.schedules if s.budget})))} " \
-            f"(prefill checkpoint blocks on some)"
+            f"; stored prefills scheduled under chunk budgets {_set(budgets)} (prefill checkpoint blocks on some)"
         return (f"D∈{_set(self.dcps)}, u∈{_set(self.units)}, b≤{self.max_q}u, attention + Mamba (+ an equal-spec draft "
                 f"group or a second Mamba size), EAGLE on/off, both retentions, prompts near every span boundary and "
                 f"up to {self.limit_units} units, every shared prefix, {ev}two stored requests; rules {self.rules}{sched}")

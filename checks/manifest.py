@@ -21,9 +21,9 @@ from .closed_form import VLLM_RULES
 from .exhaustive import (
     SCOPE_FAILURE,
     SCOPE_MUTANTS,
-    SCOPE_SMALL,
     SCOPE_SCHEDULES_0_34,
     SCOPE_SCHEDULES_VLLM,
+    SCOPE_SMALL,
     SCOPE_SMALL_0_34,
     SCOPE_SMALL_LOOKAHEAD,
     SCOPE_SMALL_VLLM,

@@ -11,14 +11,17 @@ be the same: the chunk ends, the objects stored (group, boundary, rank), the hit
 and every rank's load keys.
 
 Shims, none of which makes a vLLM decision:
-| shim | why |
-| --- | --- |
-| ``ModelConfig`` of a local GraniteMoeHybrid ``config.json`` (one Mamba, one attention layer) | no weights, no hub; the KV-cache config is built from the geometry |
-| ``SpeculativeConfig`` of a local EAGLE ``config.json`` | stands in for the draft model only; vLLM derives the EAGLE drop and λ |
-| ``KVCacheConfig`` built by hand, with the fields ``EngineCore`` derives (hash block size, hit alignment, retention) | no model executor profiles memory here |
-| the lookup client's transport calls rank 0's ``MooncakeStoreWorker.lookup`` in process | instead of ZMQ to a worker process |
-| a store stand-in: ``batch_is_exist`` / ``batch_put_from_multi_buffers`` / ``batch_get_into_multi_buffers`` over key strings | the real master is exercised by the implementation's tests |
-| ``ModelRunnerOutput`` with one sampled token at the end of the prefill | no forward pass |
+* ``ModelConfig`` of a local GraniteMoeHybrid ``config.json`` (one Mamba, one attention layer): no weights, no
+  hub; the KV-cache config is built from the geometry.
+* ``SpeculativeConfig`` of a local EAGLE ``config.json``: stands in for the draft model only; vLLM derives the
+  EAGLE drop and λ.
+* ``KVCacheConfig`` built by hand, with the fields ``EngineCore`` derives (hash block size, hit alignment,
+  retention): no model executor profiles memory here.
+* the lookup client's transport calls rank 0's ``MooncakeStoreWorker.lookup`` in process, instead of ZMQ to a
+  worker process (the client keeps its own timeout and circuit breaker).
+* a store stand-in: ``batch_is_exist`` / ``batch_put_from_multi_buffers`` / ``batch_get_into_multi_buffers``
+  over key strings (the real master is exercised by the implementation's tests).
+* ``ModelRunnerOutput`` with one sampled token once the prompt is done: no forward pass.
 
 Kept to what vLLM builds: attention and Mamba groups share one block size (``cache_config.block_size``),
 u divides it, PCP 1, interleave 1, one stored request computed cold, then one lookup. Preemption, decode
@@ -30,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 import tempfile
 import threading
 import types
@@ -41,7 +45,7 @@ import attrs
 from kvspec.checks.vllm_oracle import Engine, Refused, load_vllm
 from kvspec.spec.geometry import Geometry
 from kvspec.spec.schedule import Schedule
-from kvspec.spec.types import Boundary, GroupId, Tokens
+from kvspec.spec.types import Tokens
 
 VOCAB = 50_000
 
@@ -195,7 +199,7 @@ class Lifecycle:
         s = Scheduler(vllm_config=self.config, kv_cache_config=kcc,
                       structured_output_manager=StructuredOutputManager(self.config), block_size=lcm,
                       hash_block_size=unit)
-        worker = self.eng.worker(0, store)
+        worker = self.eng.worker(0, store)  # type: ignore[arg-type]  # the same three store calls as FakeStore
         # the transport only (0.34.0 passes a deadline too): the client keeps its own timeout and circuit breaker
         s.connector.connector_scheduler.client._lookup = lambda n, hashes, *_: worker.lookup(n, list(hashes))
         return s
@@ -254,12 +258,12 @@ class Lifecycle:
         s.add_request(req)
         out = s.schedule()
         loads: list[tuple[int, str]] = []
-        hit, tails = 0, ()
+        hit, tails = 0, tuple[tuple[int, int], ...]()
         for meta in getattr(out.kv_connector_metadata, "requests", []):
             spec = meta.load_spec
             if spec is None or not spec.can_load:
                 continue
-            hit = spec.kvpool_cached_tokens
+            hit = int(spec.kvpool_cached_tokens)
             tails = tuple((int(t.group_id), int(t.num_tokens)) for t in spec.tail_key_boundaries)
             spec.token_len = spec.kvpool_cached_tokens  # what the worker's start_load_kv sets
             for r in self.eng.ranks:
@@ -344,7 +348,7 @@ class LifecycleCase:
 BLOCK = Schedule()
 
 
-def draw_lifecycle_case(rng: Any) -> LifecycleCase:
+def draw_lifecycle_case(rng: random.Random) -> LifecycleCase:
     """Return one generated case: u in 16..128, b = q·u, D in {1, 2, 4, 8}, EAGLE or not, either retention,
     budgets 256..65536 (and b, b/2), prefill checkpoint blocks in one case of five; prompts around multiples of
     L and of b, below MAX_TOKENS; the lookup identical, longer or sharing a random prefix."""
@@ -410,8 +414,6 @@ def compare_lifecycle(case: LifecycleCase, rules: str, v: types.SimpleNamespace 
 
 def iterate_lifecycle_cases(count: int, seed: int) -> list[LifecycleCase]:
     """Return `count` generated cases, then issue 29's measured Kimi-like cases."""
-    import random
-
     from kvspec.spec.presets import get_preset
     rng = random.Random(seed)
     cases = [draw_lifecycle_case(rng) for _ in range(count)]

@@ -44,7 +44,7 @@ def compute_first_writers(scenario: Scenario) -> dict[Obj, int]:
     rules = get_rules(scenario.rules)
     out: dict[Obj, int] = {}
     for k, r in enumerate(scenario.stored):
-        for o in compute_visible(SPEC_STAGES.store(rules, scenario.geometry, Tokens(r.prompt)), Tokens(r.shared),
+        for o in compute_visible(SPEC_STAGES.store(rules, scenario.geometry, Tokens(r.prompt), scenario.schedule), Tokens(r.shared),
                                  compute_lookahead(rules, scenario.geometry)):
             out.setdefault(o, k)
     return out

@@ -37,7 +37,15 @@ from .limits import (
 )
 from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
 from .plan import LoadEntry, plan_load
-from .rules import DEFAULT_RULES, STORE_VLLM_0_33, RuleSet, check_config, compute_lookahead, compute_rule_geometry, get_rules
+from .rules import (
+    DEFAULT_RULES,
+    STORE_VLLM_0_33,
+    RuleSet,
+    check_config,
+    compute_lookahead,
+    compute_rule_geometry,
+    get_rules,
+)
 from .schedule import BLOCK_SCHEDULE, RULE_SCHEDULE, Schedule, compute_checkpoints
 from .store import Obj, RankObj, compute_present_after, compute_rank_objects, compute_rule_store, compute_visible
 from .types import Boundary, GroupId, Rank, Tokens

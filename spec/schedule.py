@@ -118,8 +118,9 @@ def compute_chunk_split(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
     b, u, drop = compute_scheduler_block(geometry), geometry.unit, has_eagle(geometry)
     partial = is_partial_schedule(geometry)
     end = start + offered
-    position = compute_checkpoint_position(prompt, u if partial else compute_lcm_span(geometry), drop, lookahead)
-    internal = end >= prompt and is_internal_checkpoint(schedule, geometry, start, end, position)
+    position = compute_checkpoint_position(prompt, Tokens(u if partial else compute_lcm_span(geometry)), drop,
+                                           lookahead)
+    internal = end >= prompt and is_internal_checkpoint(schedule, geometry, start, Tokens(end), position)
     last_cache = Tokens(0) if internal else compute_checkpoint_position(prompt, b, drop, lookahead)
     if end < prompt:
         cap = schedule.budget or b
@@ -128,7 +129,7 @@ def compute_chunk_split(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
         aligned = end // b * b
         if aligned > start or b <= cap:
             end = aligned
-    tail = compute_checkpoint_position(prompt, u, drop, lookahead) if partial and not internal else 0
+    tail = compute_checkpoint_position(prompt, Tokens(u), drop, lookahead) if partial and not internal else 0
     k = schedule.stop_every
     stops = (
         (start // b + 1) * b if start % b != 0 and not internal else 0,
@@ -152,10 +153,10 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
     if b == 0 or prompt <= 0:
         return Checkpoints(ends=(prompt,) if prompt > 0 else ())
     if schedule.budget is None:
-        c = compute_checkpoint_position(prompt, geometry.unit if is_partial_schedule(geometry)
-                                        else compute_lcm_span(geometry), has_eagle(geometry), lookahead)
-        ends = {Tokens(k * b) for k in range(1, prompt // b + 1)} | {prompt} | ({c} if c > 0 else set())
-        return Checkpoints(ends=tuple(sorted(ends)))
+        c = compute_checkpoint_position(prompt, Tokens(geometry.unit if is_partial_schedule(geometry)
+                                                       else compute_lcm_span(geometry)), has_eagle(geometry), lookahead)
+        every = {Tokens(k * b) for k in range(1, prompt // b + 1)} | {prompt} | ({c} if c > 0 else set())
+        return Checkpoints(ends=tuple(sorted(every)))
     if not schedule.chunked and prompt > schedule.budget:
         raise SpecError(RULE_UNSCHEDULABLE,
                         f"with chunked prefill off a prompt of {prompt} tokens never fits max_num_batched_tokens "

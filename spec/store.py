@@ -185,9 +185,9 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
         b = g.block_size
         states = compute_mamba_states(checkpoints, b, c)
         if geometry.retention == "dense":
-            out.update((gi, Boundary(k * b)) for k in range(1, min(prompt, hashed) // b + 1) if k * b in states)
+            out.update((gi, Boundary(k * b)) for k in range(1, min(prompt, hashed) // b + 1) if Tokens(k * b) in states)
         else:
-            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt) if t <= hashed and t in states)
+            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt) if t <= hashed and Tokens(t) in states)
         if has_c and c in states:
             out.add((gi, Boundary(c)))
     return frozenset(out)
