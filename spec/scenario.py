@@ -67,10 +67,12 @@ def _int(x: object, what: str, lo: int = 0, rule: str = RULE_SCENARIO) -> int:
 
 @attrs.frozen(kw_only=True)
 class StoredRequest:
-    """A request of P prompt tokens that was stored; it shares its first S tokens with the lookup request."""
+    """A request of P prompt tokens that was stored; it shares its first S tokens with the lookup request; its own
+    schedule, when it differs from the scenario's (e.g. observed chunk ends)."""
 
     prompt: int
     shared: int
+    schedule: Schedule | None = None
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)
@@ -89,8 +91,8 @@ class Scenario:
         check_count(_int(self.prompt, "prompt", 1), MAX_PROMPT, RULE_LIMIT_PROMPT, "prompt")
         rules = get_rules(self.rules)
         check_config(rules, self.geometry)
-        if self.schedule != BLOCK_SCHEDULE:
-            require(isinstance(self.schedule, Schedule), RULE_SCHEDULE, "schedule must be a Schedule")
+        for sched in {self.schedule, *(r.schedule for r in self.stored if r.schedule is not None)} - {BLOCK_SCHEDULE}:
+            require(isinstance(sched, Schedule), RULE_SCHEDULE, "schedule must be a Schedule")
             require(rules.store == STORE_VLLM_0_33, RULE_SCHEDULE,
                     f"rule set {rules.name} states its store rule for the block schedule (a Mamba state at every "
                     f"block end); a chunk budget applies to a vLLM rule set (vllm-0.33.0, vllm-0.34.0, ...)")
@@ -124,10 +126,10 @@ class Scenario:
                 if t > top:
                     raise SpecError(RULE_STORED,
                                     f"boundary {t} is past the lookup request's last hash boundary {top}")
-        if self.schedule != BLOCK_SCHEDULE:  # refuse an unschedulable prompt here, not half-way through a lookup
-            rg = compute_rule_geometry(rules, g)
-            for r in self.stored:
-                compute_checkpoints(self.schedule, rg, Tokens(r.prompt), compute_lookahead(rules, g))
+        rg = compute_rule_geometry(rules, g)
+        for r in self.stored:  # refuse an unschedulable prompt here, not half-way through a lookup
+            if (r.schedule or self.schedule) != BLOCK_SCHEDULE:
+                compute_checkpoints(r.schedule or self.schedule, rg, Tokens(r.prompt), compute_lookahead(rules, g))
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)  # a memo key of every stored-set read
@@ -174,8 +176,8 @@ def _compute_stored_of(g: Geometry, rules_name: str, stored: tuple[StoredRequest
                        stages: Stages, schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
     rules = get_rules(rules_name)
     lookahead = compute_lookahead(rules, g)
-    sets = [compute_visible(stages.store(rules, g, Tokens(r.prompt), schedule), Tokens(r.shared), lookahead)
-            for r in stored]
+    sets = [compute_visible(stages.store(rules, g, Tokens(r.prompt), r.schedule or schedule), Tokens(r.shared),
+                            lookahead) for r in stored]
     return sets[0] if len(sets) == 1 else frozenset().union(*sets)
 
 
@@ -266,12 +268,14 @@ def encode_error(err: SpecError) -> dict[str, Any]:
 
 _SCENARIO_KEYS = {"dcp", "unit", "groups", "retention", "stored_prompt", "stored", "prompt", "shared", "legacy",
                   "interleave", "pcp", "rules", "requests", "evicted", "schedule"}
-_SCHEDULE_KEYS = {"budget", "chunked", "checkpoint_alignment", "long_prefill_threshold", "stop_every"}
+_SCHEDULE_KEYS = {"budget", "chunked", "checkpoint_alignment", "long_prefill_threshold", "stop_every", "ends",
+                  "starts", "junction"}
 
 
 def encode_schedule(schedule: Schedule) -> dict[str, Any]:
     """Return the JSON object of a schedule (only the fields that differ from the block schedule's)."""
-    return {k: v for k, v in attrs.asdict(schedule).items() if v != getattr(BLOCK_SCHEDULE, k)}
+    return {k: list(v) if k in ("ends", "starts") else v for k, v in attrs.asdict(schedule).items()
+            if v != getattr(BLOCK_SCHEDULE, k)}
 
 
 def decode_schedule(raw: object) -> Schedule:
@@ -280,7 +284,12 @@ def decode_schedule(raw: object) -> Schedule:
     extra = set(cast(dict[str, Any], raw)) - _SCHEDULE_KEYS
     require(not extra, RULE_SCHEDULE, f"unknown schedule keys: {', '.join(sorted(extra))} "
                                       f"(known: {', '.join(sorted(_SCHEDULE_KEYS))})")
-    return Schedule(**cast(dict[str, Any], raw))
+    fields = dict(cast(dict[str, Any], raw))
+    for key in ("ends", "starts"):
+        if key in fields:
+            require(isinstance(fields[key], list), RULE_SCHEDULE, f"schedule {key} must be a JSON list")
+            fields[key] = tuple(fields[key])
+    return Schedule(**fields)
 
 
 def encode_scenario(scenario: Scenario) -> dict[str, Any]:
@@ -290,7 +299,9 @@ def encode_scenario(scenario: Scenario) -> dict[str, Any]:
     if scenario.objects is not None:
         out["stored"] = [{"group": gid, "boundary": t} for gid, t in sorted(scenario.objects)]
     else:
-        out["requests"] = [{"prompt": r.prompt, "shared": r.shared} for r in scenario.stored]
+        out["requests"] = [{"prompt": r.prompt, "shared": r.shared,
+                            **({"schedule": encode_schedule(r.schedule)} if r.schedule is not None else {})}
+                           for r in scenario.stored]
     if scenario.evicted:
         out["evicted"] = [{"group": gid, "boundary": t, "rank": r} for gid, t, r in sorted(scenario.evicted)]
     if scenario.schedule != BLOCK_SCHEDULE:
@@ -299,14 +310,15 @@ def encode_scenario(scenario: Scenario) -> dict[str, Any]:
 
 
 def decode_requests(raw: object) -> tuple[StoredRequest, ...]:
-    """Return the stored requests of a JSON list of {"prompt": P, "shared": S}."""
+    """Return the stored requests of a JSON list of {"prompt": P, "shared": S[, "schedule": {...}]}."""
     require(isinstance(raw, list), RULE_SCENARIO, "requests must be a JSON list")
     out = []
     for item in cast(list[Any], raw):
-        require(isinstance(item, dict) and set(item) == {"prompt", "shared"}, RULE_SCENARIO,
-                f"each request is {{\"prompt\": P, \"shared\": S}}, got {item!r}")
+        require(isinstance(item, dict) and {"prompt", "shared"} <= set(item) <= {"prompt", "shared", "schedule"},
+                RULE_SCENARIO, f"each request is {{\"prompt\": P, \"shared\": S[, \"schedule\": {{...}}]}}, got {item!r}")
         out.append(StoredRequest(prompt=_int(item["prompt"], "request prompt", 0),
-                                 shared=_int(item["shared"], "request shared", 0)))
+                                 shared=_int(item["shared"], "request shared", 0),
+                                 schedule=decode_schedule(item["schedule"]) if "schedule" in item else None))
     return tuple(out)
 
 

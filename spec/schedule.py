@@ -39,8 +39,27 @@ class Schedule:
     long_prefill_threshold: int = 0  # long_prefill_token_threshold (0: off)
     stop_every: int = 0  # kvspec's proposal, not vLLM's: also end a chunk at every multiple k·K of this and at the
     #                      Mamba block end before it, k·K − b (where an EAGLE-dropped hit lands); 0: off
+    ends: tuple[int, ...] = ()  # observed chunk ends (a trace: concurrency, preemption) instead of a derivation
+    starts: tuple[int, ...] = ()  # the observed chunks' starts, one per end (needed with checkpoint blocks)
+    junction: int = 0  # observed shared-prefix junction (vLLM's Marconi-style pin; a trace, with `ends`): retained
 
     def __attrs_post_init__(self) -> None:
+        if not isinstance(self.junction, int) or isinstance(self.junction, bool) or self.junction < 0:
+            raise SpecError(RULE_SCHEDULE, f"junction must be an integer >= 0, got {self.junction!r}")
+        if self.junction and not self.ends:
+            raise SpecError(RULE_SCHEDULE, "a junction is observed, with the chunk ends of the same trace")
+        if self.ends:
+            if not isinstance(self.ends, tuple) or any(not isinstance(e, int) or isinstance(e, bool) or e < 1
+                                                         for e in self.ends):
+                raise SpecError(RULE_SCHEDULE, f"chunk ends must be integers >= 1, got {self.ends!r}")
+            if (self.budget, self.stop_every, self.long_prefill_threshold) != (None, 0, 0):
+                raise SpecError(RULE_SCHEDULE, "observed chunk ends replace the derivation: give them without a "
+                                               "budget, threshold or stop_every")
+            if self.starts and (len(self.starts) != len(self.ends) or not isinstance(self.starts, tuple)
+                                or any(not isinstance(a, int) or not 0 <= a < e for a, e in zip(self.starts, self.ends))):
+                raise SpecError(RULE_SCHEDULE, "chunk starts: one integer per end, 0 <= start < end")
+            if self.checkpoint_alignment is not None and not self.starts:
+                raise SpecError(RULE_SCHEDULE, "observed chunks with checkpoint blocks need their starts")
         for what, x, lo in (("chunk budget", self.budget, 1), ("checkpoint alignment", self.checkpoint_alignment, 1),
                             ("long prefill threshold", self.long_prefill_threshold, 0),
                             ("stop_every", self.stop_every, 0)):
@@ -63,7 +82,9 @@ class Checkpoints:
 
 
 def describe_schedule(schedule: Schedule) -> str:
-    """Return the schedule in words: 'block' or 'budget B' with its options."""
+    """Return the schedule in words: 'block', 'observed chunk ends' or 'budget B' with its options."""
+    if schedule.ends:
+        return f"observed chunk ends ({len(schedule.ends)})"
     if schedule.budget is None:
         return "block (a chunk ends at every Mamba block end)"
     out = [f"budget {schedule.budget}"]
@@ -152,6 +173,14 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
     b = compute_scheduler_block(geometry)
     if b == 0 or prompt <= 0:
         return Checkpoints(ends=(prompt,) if prompt > 0 else ())
+    if schedule.ends:  # a trace: every chunk end it names (a resumed request may end chunks twice), then P
+        if max(schedule.ends) > prompt:
+            raise SpecError(RULE_SCHEDULE, f"chunk end {max(schedule.ends)} is past the stored prompt {prompt}")
+        seen: list[Tokens] = []
+        if schedule.checkpoint_alignment is not None:
+            for start, end in zip(schedule.starts, schedule.ends):
+                seen += compute_chunk_export(schedule, geometry, prompt, lookahead, Tokens(start), Tokens(end))
+        return Checkpoints(ends=tuple(sorted({*(Tokens(e) for e in schedule.ends), prompt})), internals=tuple(seen))
     if schedule.budget is None:
         c = compute_checkpoint_position(prompt, Tokens(geometry.unit if is_partial_schedule(geometry)
                                                        else compute_lcm_span(geometry)), has_eagle(geometry), lookahead)
@@ -168,7 +197,6 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
     ends: list[Tokens] = []
     internals: list[Tokens] = []
     done = Tokens(0)
-    a = compute_alignment(geometry)
     while done < prompt:
         offered = prompt - done
         if 0 < schedule.long_prefill_threshold < offered:
@@ -178,13 +206,20 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
             raise SpecError(RULE_UNSCHEDULABLE, f"the scheduler makes no progress at token {done} (budget "
                                                 f"{schedule.budget}, Mamba block {b})")
         end = Tokens(done + n)
-        if geometry.retention == "dense" or end >= prompt:  # replay retention reserves one on the last chunk only
-            q = compute_checkpoint_position(end, a, has_eagle(geometry), lookahead)
-            if is_internal_checkpoint(schedule, geometry, done, end, q):
-                internals.append(q)
+        internals += compute_chunk_export(schedule, geometry, prompt, lookahead, done, end)
         done = end
         ends.append(done)
     return Checkpoints(ends=tuple(ends), internals=tuple(internals))
+
+
+def compute_chunk_export(schedule: Schedule, geometry: Geometry, prompt: Tokens, lookahead: int, start: Tokens,
+                         end: Tokens) -> list[Tokens]:
+    """Return the checkpoint prefill checkpoint blocks export in the chunk [start, end): the checkpoint formula of
+    its end at alignment a, when valid there — on every chunk under dense retention, the last under replay."""
+    if schedule.checkpoint_alignment is None or (geometry.retention != "dense" and end < prompt):
+        return []
+    q = compute_checkpoint_position(end, compute_alignment(geometry), has_eagle(geometry), lookahead)
+    return [q] if is_internal_checkpoint(schedule, geometry, start, end, q) else []
 
 
 def compute_mamba_states(checkpoints: Checkpoints, block_size: int, checkpoint: Tokens) -> frozenset[Tokens]:

@@ -148,15 +148,19 @@ def is_partial(geometry: Geometry) -> bool:
     return is_fine(geometry) and compute_alignment(geometry) < compute_lcm_span(geometry)
 
 
-def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens) -> tuple[Boundary, ...]:
-    """Return the Mamba states replay retention keeps: each replay boundary aligned down to a, then to b (> 0 only)."""
+def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens, junction: Tokens = Tokens(0)
+                          ) -> tuple[Boundary, ...]:
+    """Return the Mamba states replay retention keeps: each replay boundary — and an observed shared-prefix junction
+    J (with EAGLE also J − b) — aligned down to a, then to b (> 0 only)."""
     a, lcm, b = compute_alignment(geometry), compute_lcm_span(geometry), geometry.groups[group].block_size
     points: tuple[int, ...]
     if has_eagle(geometry):
         points = (max((prompt - 1) // lcm * lcm - lcm, 0), max(prompt // lcm * lcm - lcm, 0))
     else:
         points = (max(prompt - 1, 0),)
-    return tuple(sorted({Boundary(p // a * a // b * b) for p in points} - {Boundary(0)}))
+    if junction:
+        points += (junction, junction - b) if has_eagle(geometry) else (junction,)
+    return tuple(sorted({Boundary(max(p, 0) // a * a // b * b) for p in points} - {Boundary(0)}))
 
 
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
@@ -187,7 +191,8 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
         if geometry.retention == "dense":
             out.update((gi, Boundary(k * b)) for k in range(1, min(prompt, hashed) // b + 1) if Tokens(k * b) in states)
         else:
-            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt) if t <= hashed and Tokens(t) in states)
+            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt, Tokens(schedule.junction))
+                       if t <= hashed and Tokens(t) in states)
         if has_c and c in states:
             out.add((gi, Boundary(c)))
     return frozenset(out)
