@@ -151,7 +151,7 @@ def is_partial(geometry: Geometry) -> bool:
 def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens, junction: Tokens = Tokens(0)
                           ) -> tuple[Boundary, ...]:
     """Return the Mamba states replay retention keeps: each replay boundary — and an observed shared-prefix junction
-    J (with EAGLE also J − b) — aligned down to a, then to b (> 0 only)."""
+    J (also J − b when the group's own spec group takes the EAGLE drop) — aligned down to a, then to b (> 0 only)."""
     a, lcm, b = compute_alignment(geometry), compute_lcm_span(geometry), geometry.groups[group].block_size
     points: tuple[int, ...]
     if has_eagle(geometry):
@@ -159,7 +159,7 @@ def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens, ju
     else:
         points = (max(prompt - 1, 0),)
     if junction:
-        points += (junction, junction - b) if has_eagle(geometry) else (junction,)
+        points += (junction, junction - b) if is_eagle_spec(geometry, group) else (junction,)
     return tuple(sorted({Boundary(max(p, 0) // a * a // b * b) for p in points} - {Boundary(0)}))
 
 
