@@ -214,12 +214,17 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
 
 def compute_chunk_export(schedule: Schedule, geometry: Geometry, prompt: Tokens, lookahead: int, start: Tokens,
                          end: Tokens) -> list[Tokens]:
-    """Return the checkpoint prefill checkpoint blocks export in the chunk [start, end): the checkpoint formula of
-    its end at alignment a, when valid there — on every chunk under dense retention, the last under replay."""
-    if schedule.checkpoint_alignment is None or (geometry.retention != "dense" and end < prompt):
+    """Return the states prefill checkpoint blocks leave inside the chunk [start, end): the checkpoint formula of
+    its end at alignment a, when valid there — on every chunk under dense retention, the last under replay — and,
+    for a chunk that starts mid-block (a partial prefix hit) and runs past it, the next block end."""
+    if schedule.checkpoint_alignment is None:
         return []
+    b = compute_scheduler_block(geometry)
+    out = [Tokens(-(-start // b) * b)] if start % b and -(-start // b) * b < end else []
+    if geometry.retention != "dense" and end < prompt:
+        return out
     q = compute_checkpoint_position(end, compute_alignment(geometry), has_eagle(geometry), lookahead)
-    return [q] if is_internal_checkpoint(schedule, geometry, start, end, q) else []
+    return out + [q] if is_internal_checkpoint(schedule, geometry, start, end, q) else out
 
 
 def compute_mamba_states(checkpoints: Checkpoints, block_size: int, checkpoint: Tokens) -> frozenset[Tokens]:
