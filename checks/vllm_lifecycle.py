@@ -363,9 +363,10 @@ class LifecycleCase:
         """Return kvspec's scenario of the case under a rule set; with `ends`, each request's observed chunk ends
         and shared-prefix junction (a trace) instead of the schedule's derivation."""
         from kvspec.spec.scenario import Scenario, StoredRequest
+        # a request served whole from the local prefix cache computed only its last token: the chunk (P − 1, P)
         stored = tuple(StoredRequest(prompt=p, shared=s, schedule=None if ends is None else
-                                     Schedule(ends=ends[k], junction=junctions[k] if junctions else 0,
-                                              starts=starts[k] if starts else (),
+                                     Schedule(ends=ends[k] or (p,), junction=junctions[k] if junctions else 0,
+                                              starts=(starts[k] or (p - 1,)) if starts else (),
                                               checkpoint_alignment=self.schedule.checkpoint_alignment))
                        for k, (p, s) in enumerate(self.requests))
         return Scenario(geometry=self.geometry, prompt=self.lookup, rules=rules, stored=stored,
