@@ -24,8 +24,10 @@ Shims, none of which makes a vLLM decision:
 * ``ModelRunnerOutput`` with one sampled token once the prompt is done: no forward pass.
 
 Kept to what vLLM builds: attention and Mamba groups share one block size (``cache_config.block_size``),
-u divides it, PCP 1, interleave 1, one stored request computed cold, then one lookup. Preemption, decode
-saves are not driven yet (spec/README.md, "The chunk schedule").
+u divides it, PCP 1, interleave 1; one to four stored requests arriving together (their prefills share each
+step's budget; a later one may start from the local prefix cache), then one lookup. For several requests kvspec
+is given vLLM's trace (each request's chunks, the junction vLLM pinned) and derives the rest. Preemption and
+decode saves are not driven yet (spec/README.md, "The chunk schedule").
 """
 
 from __future__ import annotations
