@@ -148,7 +148,7 @@ def is_partial(geometry: Geometry) -> bool:
     return is_fine(geometry) and compute_alignment(geometry) < compute_lcm_span(geometry)
 
 
-def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens, junction: Tokens = Tokens(0)
+def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens, junction: int = 0
                           ) -> tuple[Boundary, ...]:
     """Return the Mamba states replay retention keeps: each replay boundary — and an observed shared-prefix junction
     J (also J − b when the group's own spec group takes the EAGLE drop) — aligned down to a, then to b (> 0 only)."""
@@ -191,7 +191,7 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
         if geometry.retention == "dense":
             out.update((gi, Boundary(k * b)) for k in range(1, min(prompt, hashed) // b + 1) if Tokens(k * b) in states)
         else:
-            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt, Tokens(schedule.junction))
+            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt, schedule.junction)
                        if t <= hashed and Tokens(t) in states)
         if has_c and c in states:
             out.add((gi, Boundary(c)))
