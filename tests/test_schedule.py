@@ -180,3 +180,36 @@ def test_stop_every_is_a_proposal_option(capsys):
                           "--shared", "65536", "--prompt", "66536", "--chunk-budget", "32768", "--stop-every", "12288"],
                          capsys)
     assert rc == 0 and "hit length: 61440" in out and "kvspec's proposal" in out
+
+
+def test_a_trace_is_a_schedule():
+    """Observed chunks (ends, starts) and the junction vLLM pinned: the spec derives the states from them; replay
+    retention keeps the junction's state (aligned down to a, then b) when a chunk ended there."""
+    g = attrs.evolve(KIMI, retention="replay", groups=(attrs.evolve(KIMI.groups[0], eagle=False), KIMI.groups[1]))
+    trace = Schedule(ends=(6144, 12288, 15360, 20000), starts=(0, 6144, 12288, 15360))
+    pinned = attrs.evolve(trace, junction=15400)
+    assert 15360 not in mamba(compute_rule_store(V33, g, 20000, trace), g)
+    assert 15360 in mamba(compute_rule_store(V33, g, 20000, pinned), g)
+    sc = Scenario(geometry=g, prompt=20000, rules="vllm-0.33.0",
+                  stored=(StoredRequest(prompt=20000, shared=16000, schedule=pinned),))
+    raw = encode_scenario(sc)
+    assert raw["requests"][0]["schedule"] == {"ends": [6144, 12288, 15360, 20000], "starts": [0, 6144, 12288, 15360],
+                                              "junction": 15400}
+    assert decode_scenario(raw) == sc
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"junction": 5}, "a junction is observed"),
+    ({"ends": (10, 20), "starts": (0,)}, "chunk starts: one integer per end"),
+    ({"ends": (10,), "budget": 8}, "observed chunk ends replace the derivation"),
+    ({"ends": (10,), "checkpoint_alignment": 16}, "need their starts"),
+])
+def test_trace_refusals(kwargs, message):
+    with pytest.raises(SpecError, match=message):
+        Schedule(**kwargs)
+
+
+def test_trace_past_the_prompt_is_refused():
+    with pytest.raises(SpecError, match="past the stored prompt"):
+        Scenario(geometry=KIMI, prompt=100, rules="vllm-0.33.0",
+                 stored=(StoredRequest(prompt=100, shared=100, schedule=Schedule(ends=(200,))),))
