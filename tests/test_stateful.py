@@ -11,14 +11,16 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from kvspec.checks.adapters import compute_impl_store_rule
 from kvspec.impl.engine import RankEngine, RequestKV
 from kvspec.impl.lookup import HybridLookup
 from kvspec.spec.failure import compute_retry_cap, compute_safe_boundary
 from kvspec.spec.geometry import Geometry, Group, Parallel
-from kvspec.spec.keys import compute_hash_chain
+from kvspec.spec.keys import compute_lookahead_chain
 from kvspec.spec.lookup import compute_lookup
 from kvspec.spec.model import ModelStore, apply_evict, apply_put, compute_present_in_chain
-from kvspec.spec.store import compute_store_boundaries
+from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
+from kvspec.spec.store import compute_rule_store
 
 from .support.fakes import FakeMooncake
 from .support.universe import prompts, spec_expectation, tokens_of
@@ -29,20 +31,24 @@ CPU = torch.device("cpu")
 
 
 class SpecVsImpl(RuleBasedStateMachine):
-    """One geometry; D rank engines over one fake store; the spec's ModelStore predicts its contents."""
+    """One geometry and rule set; D rank engines over one fake store; the spec's ModelStore predicts its contents."""
 
     @initialize(u=st.sampled_from([1, 2, 4]), qa=st.integers(1, 4), qm=st.integers(1, 4), d=st.sampled_from([1, 2, 4]),
-                eagle=st.booleans(), draft=st.booleans(), dense=st.booleans())
-    def setup(self, u, qa, qm, d, eagle, draft, dense):
+                eagle=st.booleans(), draft=st.booleans(), dense=st.booleans(),
+                rules=st.sampled_from(["pr53324", "vllm-0.33.0", "vllm-0.34.0"]))
+    def setup(self, u, qa, qm, d, eagle, draft, dense, rules):
         groups = [Group(kind="attention", block_size=qa * u, eagle=eagle)]
         if draft:
             groups.append(Group(kind="attention", block_size=qa * u))
         groups.append(Group(kind="mamba", block_size=qm * u))
         self.g = Geometry(unit=u, groups=tuple(groups), parallel=Parallel(dcp=d),
                           retention="dense" if dense else "replay")
+        self.rules, rs = rules, get_rules(rules)
+        self.rg, self.lam = compute_rule_geometry(rs, self.g), compute_lookahead(rs, self.g)
         self.stores = self.make_stores(d)
         self.prefix = f"sm{next(RUN_IDS)}"
-        self.engines = [RankEngine(self.g, r, self.stores[r], CPU, width=4, cache_prefix=self.prefix)
+        self.engines = [RankEngine(self.g, r, self.stores[r], CPU, width=4, cache_prefix=self.prefix,
+                                   store_rule=compute_impl_store_rule(rules), lookahead=self.lam)
                         for r in range(d)]
         self.expected = ModelStore()
         self.keys: dict[tuple[bytes, int, int], str] = {}
@@ -54,13 +60,13 @@ class SpecVsImpl(RuleBasedStateMachine):
     @rule(p=prompts)
     def store(self, p):
         toks = tokens_of(*p)
-        chain = compute_hash_chain(toks, self.g.unit)
+        chain = compute_lookahead_chain(toks, self.g.unit, self.lam)
         for eng in self.engines:
             kv = RequestKV(self.g, len(toks), eng.width, CPU)
             eng.prefill(toks, kv)
             eng.store_request(toks, chain, kv)
         shards = []
-        for gid, t in compute_store_boundaries(self.g, len(toks)):
+        for gid, t in compute_rule_store(get_rules(self.rules), self.g, len(toks)):
             for eng in self.engines:
                 h = chain[t // self.g.unit - 1]
                 self.keys[(h, gid, eng.rank)] = eng.key(gid, t, chain)
@@ -83,13 +89,13 @@ class SpecVsImpl(RuleBasedStateMachine):
     def lookup_and_load(self, p, fail):
         toks = tokens_of(*p)
         n, u, d = len(toks), self.g.unit, self.g.parallel.dcp
-        chain, E, spec_h, spec_tails, plan = spec_expectation(self.g, self.expected, toks)
+        chain, E, spec_h, spec_tails, plan = spec_expectation(self.g, self.expected, toks, self.rules)
 
         def probe(objs):
             bits = [eng.store.exist([eng.key(g, t, chain) for g, t in objs]) for eng in self.engines]
             return {o for j, o in enumerate(objs) if all(b[j] == 1 for b in bits)}
 
-        lk = HybridLookup(self.g, n)
+        lk = HybridLookup(self.g, n, lookahead=self.lam)
         h, tails = lk.run(probe)
         assert (h, tuple(tails)) == (spec_h, spec_tails), f"impl {h} {tails} != spec {spec_h} {spec_tails}"
         # inject per-key failures on rank 0 for some planned blocks
@@ -106,7 +112,7 @@ class SpecVsImpl(RuleBasedStateMachine):
             colds.append(cold)
         self.heal()
         ok = [all(r.loaded[k] for r in results) for k in range(len(plan))]
-        spec_safe = compute_safe_boundary(self.g, E, spec_h, plan, ok)
+        spec_safe = compute_safe_boundary(self.rg, E, spec_h, plan, ok)
         impl_safe = self.engines[0].safe_boundary(h, results[0].plan, ok, probe)
         assert impl_safe == spec_safe, f"safe boundary impl {impl_safe} != spec {spec_safe}"
         for eng, ld, cold in zip(self.engines, results, colds):
@@ -119,8 +125,8 @@ class SpecVsImpl(RuleBasedStateMachine):
             self.steps["failures"] += 1
             cap = compute_retry_cap(1, spec_safe)
             E = compute_present_in_chain(self.expected, chain, u, len(self.g.groups), d)  # after the injection
-            again = compute_lookup(self.g, E, n, cap=cap).hit_length
-            lk2 = HybridLookup(self.g, n, cap=cap)
+            again = compute_lookup(self.rg, E, n, cap=cap, lookahead=self.lam).hit_length
+            lk2 = HybridLookup(self.g, n, cap=cap, lookahead=self.lam)
             assert lk2.run(probe)[0] == again <= spec_safe
         self.steps["lookup"] += 1
 
@@ -128,6 +134,7 @@ class SpecVsImpl(RuleBasedStateMachine):
         if hasattr(self, "steps"):
             TOTALS.update(self.steps)
             TOTALS["runs"] += 1
+            TOTALS[f"runs under {self.rules}"] += 1
 
     @invariant()
     def store_matches_model(self):
@@ -160,6 +167,8 @@ def test_stateful_report():
     print(f"stateful (in-memory): {dict(TOTALS)}")
     if TOTALS["runs"]:
         assert TOTALS["lookup"] > 0 and TOTALS["bytes"] > 0
+    if TOTALS["runs"] >= 20:  # the default rule sets meet the implementation, not only the PR's
+        assert sum(TOTALS[f"runs under {r}"] > 0 for r in ("pr53324", "vllm-0.33.0", "vllm-0.34.0")) >= 2
 
 
 class SpecVsImplRealStore(SpecVsImpl):

@@ -25,10 +25,15 @@ def tokens_of(shared: int, length: int, branch: int) -> list[int]:
     return BASE[:shared] + make_tokens(100 + branch, length - shared, 1000, 2000)
 
 
-def spec_expectation(g: Any, expected: Any, toks: list[int]) -> tuple[Any, ...]:
-    """Return (chain, E, h, tails, plan): what the spec says a lookup of toks finds in the model store."""
-    chain = compute_hash_chain(toks, g.unit)
+def spec_expectation(g: Any, expected: Any, toks: list[int], rules: str = "pr53324") -> tuple[Any, ...]:
+    """Return (chain, E, h, tails, plan): what the spec says a lookup of toks finds in the model store under a rule
+    set (its geometry and hash lookahead λ: the chain names [0, t + λ))."""
+    from kvspec.spec.keys import compute_lookahead_chain
+    from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
+    rs = get_rules(rules)
+    lam, rg = compute_lookahead(rs, g), compute_rule_geometry(rs, g)
+    chain = compute_lookahead_chain(toks, g.unit, lam) if lam else compute_hash_chain(toks, g.unit)
     E = compute_present_in_chain(expected, chain, g.unit, len(g.groups), g.parallel.dcp)
-    h = compute_lookup(g, E, len(toks)).hit_length
-    tails = compute_tail_boundaries(g, E, len(toks), h)
-    return chain, E, h, tails, plan_load(g, E, h, tails)
+    h = compute_lookup(rg, E, len(toks), lookahead=lam).hit_length
+    tails = compute_tail_boundaries(rg, E, len(toks), h, rs.tail_key, lam)
+    return chain, E, h, tails, plan_load(rg, E, h, tails)
