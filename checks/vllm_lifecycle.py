@@ -218,7 +218,7 @@ class Lifecycle:
         s.connector.connector_scheduler.client._lookup = lambda n, hashes, *_: worker.lookup(n, list(hashes))
         return s
 
-    def request(self, req_id: str, tokens: Sequence[int]) -> Any:
+    def request(self, req_id: str, tokens: Sequence[int], decode: int = 2) -> Any:
         """Return a vLLM Request of the tokens, hashed by vLLM's own request block hasher (the config's λ)."""
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
@@ -226,7 +226,7 @@ class Lifecycle:
         hash_fn = get_hash_fn_by_name(self.config.cache_config.prefix_caching_hash_algo)
         self.v.utils.init_none_hash(hash_fn)
         hasher = self.v.utils.get_request_block_hasher(self.g.unit, hash_fn, self.config.num_hash_lookahead_tokens)
-        return Request(req_id, list(tokens), SamplingParams(max_tokens=2, ignore_eos=True), None,
+        return Request(req_id, list(tokens), SamplingParams(max_tokens=decode, ignore_eos=True), None,
                        block_hasher=hasher)
 
     def _senders(self, store: RecordingStore) -> list[Any]:
@@ -236,20 +236,21 @@ class Lifecycle:
                                              "kv_both", threading.Event())
                 for r in self.eng.ranks]
 
-    def prefill(self, prompts: Sequence[Sequence[int]], store: RecordingStore) -> tuple[tuple[int, ...], ...]:
+    def prefill(self, prompts: Sequence[Sequence[int]], store: RecordingStore,
+                decode: int = 2) -> tuple[tuple[int, ...], ...]:
         """Run stored requests, all arriving at once, to completion on a fresh scheduler (their prefills share each
         step's budget first come first served; with few blocks vLLM preempts and resumes them); every step's
         connector metadata goes through each rank's sending thread into `store`. Return each request's chunk ends
         (a resumed request ends chunks again); raise Refused when the engine stalls."""
         from vllm.v1.outputs import ModelRunnerOutput
         s, senders = self.scheduler(store), self._senders(store)
-        reqs = [self.request(f"stored-{k}", toks) for k, toks in enumerate(prompts)]
+        reqs = [self.request(f"stored-{k}", toks, decode) for k, toks in enumerate(prompts)]
         for r in reqs:
             s.add_request(r)
         ends: list[list[int]] = [[] for _ in reqs]
         starts: list[list[int]] = [[] for _ in reqs]
         self.preemptions = 0
-        for _ in range(sum(len(t) for t in prompts) + 64):  # prefill chunks, decode steps, then a step that flushes
+        for _ in range(sum(len(t) for t in prompts) + 8 * decode + 64):  # prefill chunks, decode steps, then a step that flushes
             out = s.schedule()                               # the finish-time hand-offs into the next metadata
             self.preemptions += len(out.preempted_req_ids or ())
             ids = []
@@ -270,7 +271,8 @@ class Lifecycle:
             extra = {"req_id_to_index": {r: i for i, r in enumerate(ids)}} if self.v.release.runner_output_takes_index \
                 else {}
             by_id = {r.request_id: r for r in reqs}
-            sampled = [[7] if by_id[i].num_computed_tokens >= by_id[i].num_prompt_tokens else [] for i in ids]
+            sampled = [[7] if by_id[i].num_computed_tokens >= by_id[i].num_tokens else [] for i in ids]  # every known
+            # token computed (a resumed request re-prefills its outputs too): the step samples one
             s.update_from_output(out, ModelRunnerOutput(req_ids=ids, **extra, sampled_token_ids=sampled))
         else:
             raise Stalled("the engine stalled: too few KV blocks for one request")
