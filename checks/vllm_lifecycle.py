@@ -65,7 +65,7 @@ class LifecycleAnswer:
     loads: tuple[tuple[int, int, int], ...] = ()  # (rank, group, key boundary), sorted
     preemptions: int = 0
     stalled: str | None = None  # vLLM made no progress (too few blocks): not compared
-    junctions: tuple[int, ...] = ()  # each stored request's shared-prefix junction as vLLM detected it (0: none)
+    junctions: tuple[tuple[int, ...], ...] = ()  # per stored request, the junction vLLM had pinned at each chunk
     starts: tuple[tuple[int, ...], ...] = ()  # the start of each chunk in chunk_ends
 
 
@@ -249,6 +249,7 @@ class Lifecycle:
             s.add_request(r)
         ends: list[list[int]] = [[] for _ in reqs]
         starts: list[list[int]] = [[] for _ in reqs]
+        pins: list[list[int]] = [[] for _ in reqs]  # the junction vLLM had pinned when each chunk ran (0: none)
         self.preemptions = 0
         for _ in range(sum(len(t) for t in prompts) + 8 * decode + 64):  # prefill chunks, decode steps, then a step that flushes
             out = s.schedule()                               # the finish-time hand-offs into the next metadata
@@ -261,11 +262,21 @@ class Lifecycle:
                     if r.num_computed_tokens <= r.num_prompt_tokens and r.num_computed_tokens - n < r.num_prompt_tokens:
                         ends[k].append(r.num_computed_tokens)
                         starts[k].append(r.num_computed_tokens - n)
+                        pins[k].append(int(r.shared_prefix_boundary))
+            loaded: set[str] = set()
             for meta in getattr(out.kv_connector_metadata, "requests", []):
                 if meta.can_save:
                     for t in senders:
                         t.add_request(meta)
                         t._handle_request(t.request_queue.get())
+                if meta.load_spec is not None and meta.load_spec.can_load:  # a resumed request's own stored prefix
+                    self._load(meta, store)
+                    loaded.add(meta.req_id)
+            # every rank reports the store jobs it finished, so the scheduler drops their block references (what
+            # each worker's build_connector_worker_meta sends, aggregated as the executor does)
+            done_saves = self.v.data.MooncakeStoreWorkerMetadata()
+            for t in senders:
+                done_saves.aggregate(self.v.data.MooncakeStoreWorkerMetadata(completed_saves=t.take_completed_saves()))
             if all(r.is_finished() for r in reqs):
                 break
             extra = {"req_id_to_index": {r: i for i, r in enumerate(ids)}} if self.v.release.runner_output_takes_index \
@@ -273,12 +284,29 @@ class Lifecycle:
             by_id = {r.request_id: r for r in reqs}
             sampled = [[7] if by_id[i].num_computed_tokens >= by_id[i].num_tokens else [] for i in ids]  # every known
             # token computed (a resumed request re-prefills its outputs too): the step samples one
-            s.update_from_output(out, ModelRunnerOutput(req_ids=ids, **extra, sampled_token_ids=sampled))
+            from vllm.v1.outputs import KVConnectorOutput
+            s.update_from_output(out, ModelRunnerOutput(req_ids=ids, **extra, sampled_token_ids=sampled,
+                                                        kv_connector_output=KVConnectorOutput(
+                                                            kv_connector_worker_meta=done_saves,
+                                                            finished_recving=loaded or None)))
         else:
             raise Stalled("the engine stalled: too few KV blocks for one request")
-        self.junctions = tuple(int(r.shared_prefix_boundary) for r in reqs)
+        self.junctions = tuple(tuple(j) for j in pins)
         self.starts = tuple(tuple(x) for x in starts)
         return tuple(tuple(e) for e in ends)
+
+    def _load(self, meta: Any, store: RecordingStore) -> list[tuple[int, str]]:
+        """Run every rank's receiving thread on one load request (what start_load_kv queues); return its gets."""
+        meta.load_spec.token_len = meta.load_spec.kvpool_cached_tokens  # what the worker's start_load_kv sets
+        gets: list[tuple[int, str]] = []
+        for r in self.eng.ranks:
+            thread = self.v.worker.KVCacheStoreRecvingThread(store, self.eng.coord, self.eng.token_dbs(r),
+                                                             self.eng.lcm, r, threading.Event())
+            store.gets.clear()
+            thread.request_queue.put(meta)
+            thread._handle_request(thread.request_queue.get())
+            gets += [(r, k) for k in store.gets]
+        return gets
 
     def lookup(self, tokens: Sequence[int], store: RecordingStore) -> tuple[int, tuple[tuple[int, int], ...],
                                                                              list[tuple[int, str]]]:
@@ -295,21 +323,14 @@ class Lifecycle:
                 continue
             hit = int(spec.kvpool_cached_tokens)
             tails = tuple((int(t.group_id), int(t.num_tokens)) for t in spec.tail_key_boundaries)
-            spec.token_len = spec.kvpool_cached_tokens  # what the worker's start_load_kv sets
-            for r in self.eng.ranks:
-                thread = self.v.worker.KVCacheStoreRecvingThread(store, self.eng.coord, self.eng.token_dbs(r),
-                                                                 self.eng.lcm, r, threading.Event())
-                store.gets.clear()
-                thread.request_queue.put(meta)
-                thread._handle_request(thread.request_queue.get())
-                loads += [(r, k) for k in store.gets]
+            loads += self._load(meta, store)
         return hit, tails, loads
 
-    def answer(self, stored: Sequence[Sequence[int]], lookup: Sequence[int]) -> LifecycleAnswer:
+    def answer(self, stored: Sequence[Sequence[int]], lookup: Sequence[int], decode: int = 2) -> LifecycleAnswer:
         """Return what vLLM's engine does: store the `stored` requests cold, then look `lookup` up on a second
         engine."""
         store = RecordingStore()
-        ends = self.prefill(stored, store)
+        ends = self.prefill(stored, store, decode)
         hashes = self.request("index", lookup).block_hashes
         index = {self.eng.key(r, gi, hashes, (i + 1) * self.g.unit): (gi, (i + 1) * self.g.unit, r)
                  for r in self.eng.ranks for gi in range(len(self.g.groups)) for i in range(len(hashes))}
@@ -330,14 +351,14 @@ def lifecycle_tokens(requests: Sequence[tuple[int, int]], lookup: int, seed: int
 
 
 def compute_lifecycle_answer(geometry: Geometry, schedule: Schedule, requests: Sequence[tuple[int, int]], lookup: int,
-                             seed: int = 7, num_blocks: int | None = None,
+                             seed: int = 7, num_blocks: int | None = None, decode: int = 2,
                              v: types.SimpleNamespace | None = None) -> LifecycleAnswer:
     """Return vLLM's lifecycle answer for stored requests (P, S) arriving together and one lookup of `lookup` tokens;
     `num_blocks` KV blocks (None: plenty; few: vLLM preempts)."""
     try:
-        lc = Lifecycle(geometry, schedule, max([lookup, *(p for p, _ in requests)]), v, num_blocks)
+        lc = Lifecycle(geometry, schedule, max([lookup, *(p for p, _ in requests)]) + decode, v, num_blocks)
         stored, look = lifecycle_tokens(requests, lookup, seed)
-        return lc.answer(stored, look)
+        return lc.answer(stored, look, decode)
     except Refused as exc:  # the connector's own block-size resolution refused the geometry
         return LifecycleAnswer(refused=exc.reason)
     except Stalled as exc:
@@ -361,15 +382,17 @@ class LifecycleCase:
     requests: tuple[tuple[int, int], ...]
     lookup: int
     num_blocks: int | None = None
+    decode: int = 2  # tokens each stored request generates (long decodes with few blocks: vLLM preempts)
 
     def scenario(self, rules: str, ends: tuple[tuple[int, ...], ...] | None = None,
-                 junctions: tuple[int, ...] = (), starts: tuple[tuple[int, ...], ...] = ()) -> Any:
+                 junctions: tuple[tuple[int, ...], ...] = (), starts: tuple[tuple[int, ...], ...] = ()) -> Any:
         """Return kvspec's scenario of the case under a rule set; with `ends`, each request's observed chunk ends
         and shared-prefix junction (a trace) instead of the schedule's derivation."""
         from kvspec.spec.scenario import Scenario, StoredRequest
         # a request served whole from the local prefix cache computed only its last token: the chunk (P − 1, P)
         stored = tuple(StoredRequest(prompt=p, shared=s, schedule=None if ends is None else
-                                     Schedule(ends=ends[k] or (p,), junction=junctions[k] if junctions else 0,
+                                     Schedule(ends=ends[k] or (p,),
+                                              junctions=(junctions[k] or (0,)) if junctions else (),
                                               starts=(starts[k] or (p - 1,)) if starts else (),
                                               checkpoint_alignment=self.schedule.checkpoint_alignment))
                        for k, (p, s) in enumerate(self.requests))
@@ -392,7 +415,8 @@ class LifecycleCase:
             extra.append(f"--long-prefill-threshold {s.long_prefill_threshold}")
         if not s.chunked:
             extra.append("--no-chunked-prefill")
-        note = "" if self.derives() else f"  # {len(self.requests)} concurrent requests, {self.num_blocks} blocks"
+        note = "" if self.derives() else f"  # {len(self.requests)} concurrent requests, {self.num_blocks} blocks, " \
+                                         f"decode {self.decode}"
         return " ".join([format_explain_command(attrs.evolve(self.scenario(rules), schedule=BLOCK)), *extra]) + note
 
 
@@ -437,16 +461,19 @@ def draw_lifecycle_case(rng: random.Random) -> LifecycleCase:
     if count == 1 and rng.random() < 0.5:
         n = rng.choice([requests[0][0], requests[0][0] + rng.randint(1, 3 * u)])
         requests[0] = (requests[0][0], min(requests[0][0], n))
-    blocks = None
-    if count > 1 and rng.random() < 0.5:  # room for the longest request and about half another: preemption
-        longest = max(p for p, _ in requests)
-        per = len(groups) * (-(-longest // (b * g.parallel.dcp)) + 8)
-        blocks = per + per // 2
-    return LifecycleCase(geometry=g, schedule=schedule, requests=tuple(requests), lookup=n, num_blocks=blocks)
+    blocks, decode = None, 2
+    if count > 1 and rng.random() < 0.5:  # room for about one and a half requests, long decodes: vLLM preempts
+        decode = rng.randint(64, 8 * b)
+        longest = max(p for p, _ in requests) + decode
+        per = len(groups) * (-(-longest // (b * g.parallel.dcp)) + 4)
+        blocks = per + per // 4
+    return LifecycleCase(geometry=g, schedule=schedule, requests=tuple(requests), lookup=n, num_blocks=blocks,
+                         decode=decode)
 
 
 def compute_spec_lifecycle(case: LifecycleCase, rules: str, ends: tuple[tuple[int, ...], ...] | None = None,
-                           junctions: tuple[int, ...] = (), starts: tuple[tuple[int, ...], ...] = ()) -> LifecycleAnswer:
+                           junctions: tuple[tuple[int, ...], ...] = (),
+                           starts: tuple[tuple[int, ...], ...] = ()) -> LifecycleAnswer:
     """Return kvspec's answer to a case in the oracle's terms (with `ends`: from the observed chunk ends and
     junctions)."""
     from kvspec.spec.errors import SpecError
@@ -476,7 +503,7 @@ def compare_lifecycle(case: LifecycleCase, rules: str, v: types.SimpleNamespace 
     come, first served: its chunks do not depend on the others) when it was not preempted. The other fields: from
     kvspec's derivation for a lone request, from the observed chunk ends otherwise."""
     theirs = compute_lifecycle_answer(case.geometry, case.schedule, case.requests, case.lookup,
-                                      num_blocks=case.num_blocks, v=v)
+                                      num_blocks=case.num_blocks, decode=case.decode, v=v)
     LAST_PREEMPTIONS[0] = theirs.preemptions
     if theirs.stalled:
         return {}

@@ -269,12 +269,12 @@ def encode_error(err: SpecError) -> dict[str, Any]:
 _SCENARIO_KEYS = {"dcp", "unit", "groups", "retention", "stored_prompt", "stored", "prompt", "shared", "legacy",
                   "interleave", "pcp", "rules", "requests", "evicted", "schedule"}
 _SCHEDULE_KEYS = {"budget", "chunked", "checkpoint_alignment", "long_prefill_threshold", "stop_every", "ends",
-                  "starts", "junction"}
+                  "starts", "junctions"}
 
 
 def encode_schedule(schedule: Schedule) -> dict[str, Any]:
     """Return the JSON object of a schedule (only the fields that differ from the block schedule's)."""
-    return {k: list(v) if k in ("ends", "starts") else v for k, v in attrs.asdict(schedule).items()
+    return {k: list(v) if k in ("ends", "starts", "junctions") else v for k, v in attrs.asdict(schedule).items()
             if v != getattr(BLOCK_SCHEDULE, k)}
 
 
@@ -285,7 +285,7 @@ def decode_schedule(raw: object) -> Schedule:
     require(not extra, RULE_SCHEDULE, f"unknown schedule keys: {', '.join(sorted(extra))} "
                                       f"(known: {', '.join(sorted(_SCHEDULE_KEYS))})")
     fields = dict(cast(dict[str, Any], raw))
-    for key in ("ends", "starts"):
+    for key in ("ends", "starts", "junctions"):
         if key in fields:
             require(isinstance(fields[key], list), RULE_SCHEDULE, f"schedule {key} must be a JSON list")
             fields[key] = tuple(fields[key])

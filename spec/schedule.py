@@ -41,13 +41,15 @@ class Schedule:
     #                      Mamba block end before it, k·K − b (where an EAGLE-dropped hit lands); 0: off
     ends: tuple[int, ...] = ()  # observed chunk ends (a trace: concurrency, preemption) instead of a derivation
     starts: tuple[int, ...] = ()  # the observed chunks' starts, one per end (needed with checkpoint blocks)
-    junction: int = 0  # observed shared-prefix junction (vLLM's Marconi-style pin; a trace, with `ends`): retained
+    junctions: tuple[int, ...] = ()  # the shared-prefix junction vLLM had pinned when each chunk ran (one per end,
+    #                                   0: none; Marconi-style): a chunk end it aligns to is retained
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.junction, int) or isinstance(self.junction, bool) or self.junction < 0:
-            raise SpecError(RULE_SCHEDULE, f"junction must be an integer >= 0, got {self.junction!r}")
-        if self.junction and not self.ends:
-            raise SpecError(RULE_SCHEDULE, "a junction is observed, with the chunk ends of the same trace")
+        if not isinstance(self.junctions, tuple) or any(
+                not isinstance(j, int) or isinstance(j, bool) or j < 0 for j in self.junctions):
+            raise SpecError(RULE_SCHEDULE, f"junctions must be integers >= 0, got {self.junctions!r}")
+        if self.junctions and len(self.junctions) != len(self.ends):
+            raise SpecError(RULE_SCHEDULE, "a junction is observed per chunk: one per chunk end (0: none)")
         if self.ends:
             if not isinstance(self.ends, tuple) or any(not isinstance(e, int) or isinstance(e, bool) or e < 1
                                                          for e in self.ends):

@@ -148,19 +148,23 @@ def is_partial(geometry: Geometry) -> bool:
     return is_fine(geometry) and compute_alignment(geometry) < compute_lcm_span(geometry)
 
 
-def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens, junction: int = 0
-                          ) -> tuple[Boundary, ...]:
-    """Return the Mamba states replay retention keeps: each replay boundary — and an observed shared-prefix junction
-    J (also J − b when the group's own spec group takes the EAGLE drop) — aligned down to a, then to b (> 0 only)."""
+def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens,
+                          pinned: tuple[tuple[int, int], ...] = ()) -> tuple[Boundary, ...]:
+    """Return the Mamba states replay retention keeps: each replay boundary aligned down to a, then to b (> 0 only);
+    and a chunk end e when the junction J pinned while it ran (or J − b, when the group's own spec group takes the
+    EAGLE drop) aligns to e the same way (`pinned`: (e, J) pairs)."""
     a, lcm, b = compute_alignment(geometry), compute_lcm_span(geometry), geometry.groups[group].block_size
     points: tuple[int, ...]
     if has_eagle(geometry):
         points = (max((prompt - 1) // lcm * lcm - lcm, 0), max(prompt // lcm * lcm - lcm, 0))
     else:
         points = (max(prompt - 1, 0),)
-    if junction:
-        points += (junction, junction - b) if is_eagle_spec(geometry, group) else (junction,)
-    return tuple(sorted({Boundary(max(p, 0) // a * a // b * b) for p in points} - {Boundary(0)}))
+    out = {Boundary(max(p, 0) // a * a // b * b) for p in points}
+    for e, j in pinned:
+        marks = (j, j - b) if is_eagle_spec(geometry, group) else (j,)
+        if j and any(max(m, 0) // a * a // b * b == e for m in marks):
+            out.add(Boundary(e))
+    return tuple(sorted(out - {Boundary(0)}))
 
 
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
@@ -191,7 +195,8 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
         if geometry.retention == "dense":
             out.update((gi, Boundary(k * b)) for k in range(1, min(prompt, hashed) // b + 1) if Tokens(k * b) in states)
         else:
-            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt, schedule.junction)
+            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt,
+                                                             tuple(zip(schedule.ends, schedule.junctions)))
                        if t <= hashed and Tokens(t) in states)
         if has_c and c in states:
             out.add((gi, Boundary(c)))

@@ -187,19 +187,19 @@ def test_a_trace_is_a_schedule():
     retention keeps the junction's state (aligned down to a, then b) when a chunk ended there."""
     g = attrs.evolve(KIMI, retention="replay", groups=(attrs.evolve(KIMI.groups[0], eagle=False), KIMI.groups[1]))
     trace = Schedule(ends=(6144, 12288, 15360, 20000), starts=(0, 6144, 12288, 15360))
-    pinned = attrs.evolve(trace, junction=15400)
+    pinned = attrs.evolve(trace, junctions=(0, 0, 15400, 15400))
     assert 15360 not in mamba(compute_rule_store(V33, g, 20000, trace), g)
     assert 15360 in mamba(compute_rule_store(V33, g, 20000, pinned), g)
     sc = Scenario(geometry=g, prompt=20000, rules="vllm-0.33.0",
                   stored=(StoredRequest(prompt=20000, shared=16000, schedule=pinned),))
     raw = encode_scenario(sc)
     assert raw["requests"][0]["schedule"] == {"ends": [6144, 12288, 15360, 20000], "starts": [0, 6144, 12288, 15360],
-                                              "junction": 15400}
+                                              "junctions": [0, 0, 15400, 15400]}
     assert decode_scenario(raw) == sc
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"junction": 5}, "a junction is observed"),
+    ({"junctions": (5,)}, "a junction is observed per chunk"),
     ({"ends": (10, 20), "starts": (0,)}, "chunk starts: one integer per end"),
     ({"ends": (10,), "budget": 8}, "observed chunk ends replace the derivation"),
     ({"ends": (10,), "checkpoint_alignment": 16}, "need their starts"),

@@ -338,7 +338,7 @@ def test_lifecycle_concurrent_traces_need_the_junction(v, rules):
     case = LifecycleCase(geometry=g, schedule=Schedule(budget=2048), requests=((9000, 9000), (9000, 6000)),
                          lookup=9000)
     theirs = compute_lifecycle_answer(g, case.schedule, case.requests, case.lookup, v=v)
-    assert theirs.junctions == (0, 5760)
+    assert 5760 in theirs.junctions[1] and not any(theirs.junctions[0])
     without = compute_spec_lifecycle(case, rules, theirs.chunk_ends, (), theirs.starts)
     with_j = compute_spec_lifecycle(case, rules, theirs.chunk_ends, theirs.junctions, theirs.starts)
     assert without.stored != theirs.stored and with_j.stored == theirs.stored
