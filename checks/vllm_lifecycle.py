@@ -21,13 +21,17 @@ Shims, none of which makes a vLLM decision:
   worker process (the client keeps its own timeout and circuit breaker).
 * a store stand-in: ``batch_is_exist`` / ``batch_put_from_multi_buffers`` / ``batch_get_into_multi_buffers``
   over key strings (the real master is exercised by the implementation's tests).
-* ``ModelRunnerOutput`` with one sampled token once the prompt is done: no forward pass.
+* ``ModelRunnerOutput`` with one sampled token whenever every known token is computed (no forward pass), and a
+  ``KVConnectorOutput`` carrying what the ranks' threads did: completed saves, finished loads.
 
 Kept to what vLLM builds: attention and Mamba groups share one block size (``cache_config.block_size``),
 u divides it, PCP 1, interleave 1; one to four stored requests arriving together (their prefills share each
 step's budget; a later one may start from the local prefix cache), then one lookup. For several requests kvspec
-is given vLLM's trace (each request's chunks, the junction vLLM pinned) and derives the rest. Preemption and
-decode saves are not driven yet (spec/README.md, "The chunk schedule").
+is given vLLM's trace (each request's chunks, the junction vLLM had pinned at each) and derives the rest. With
+few KV blocks and long decodes vLLM preempts: every rank's completed saves are reported back (so the scheduler
+drops their block references, as the executor's aggregated worker metadata does) and a resumed request's own
+stored prefix is loaded through every rank's receiving thread. Decode-phase saves (save_decode_cache) are not
+driven yet (spec/README.md, "The chunk schedule").
 """
 
 from __future__ import annotations
