@@ -229,6 +229,15 @@ def compute_chunk_export(schedule: Schedule, geometry: Geometry, prompt: Tokens,
     return out + [q] if is_internal_checkpoint(schedule, geometry, start, end, q) else out
 
 
+def compute_pinned(schedule: Schedule, geometry: Geometry, prompt: Tokens, lookahead: int = 0
+                   ) -> tuple[tuple[int, int], ...]:
+    """Return (position, J) for every state a traced chunk left (its end, what checkpoint blocks exported in it)
+    with the junction J pinned while it ran (J > 0 only)."""
+    starts = schedule.starts or (0,) * len(schedule.ends)
+    return tuple((pos, j) for s, e, j in zip(starts, schedule.ends, schedule.junctions) if j
+                 for pos in (e, *compute_chunk_export(schedule, geometry, prompt, lookahead, Tokens(s), Tokens(e))))
+
+
 def compute_mamba_states(checkpoints: Checkpoints, block_size: int, checkpoint: Tokens) -> frozenset[Tokens]:
     """Return the positions a Mamba group of block size b holds a state at: chunk ends and exported checkpoints that
     are multiples of b, and C when a chunk ended there or a checkpoint block exported it (others are overwritten)."""

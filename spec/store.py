@@ -22,7 +22,7 @@ from .geometry import (
     is_fine,
 )
 from .rules import STORE_VLLM_0_33, RuleSet, compute_lookahead, compute_rule_geometry
-from .schedule import BLOCK_SCHEDULE, Schedule, compute_checkpoints, compute_mamba_states
+from .schedule import BLOCK_SCHEDULE, Schedule, compute_checkpoints, compute_mamba_states, compute_pinned
 from .types import Boundary, GroupId, Rank, Tokens
 
 Obj = tuple[GroupId, Boundary]  # a (group, boundary) object, all ranks
@@ -151,8 +151,8 @@ def is_partial(geometry: Geometry) -> bool:
 def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens,
                           pinned: tuple[tuple[int, int], ...] = ()) -> tuple[Boundary, ...]:
     """Return the Mamba states replay retention keeps: each replay boundary aligned down to a, then to b (> 0 only);
-    and a chunk end e when the junction J pinned while it ran (or J − b, when the group's own spec group takes the
-    EAGLE drop) aligns to e the same way (`pinned`: (e, J) pairs)."""
+    and a state a traced chunk left at e when the junction J pinned while it ran (or J − b, when the group's own
+    spec group takes the EAGLE drop) aligns to e the same way (`pinned`: (e, J) pairs)."""
     a, lcm, b = compute_alignment(geometry), compute_lcm_span(geometry), geometry.groups[group].block_size
     points: tuple[int, ...]
     if has_eagle(geometry):
@@ -196,7 +196,7 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
             out.update((gi, Boundary(k * b)) for k in range(1, min(prompt, hashed) // b + 1) if Tokens(k * b) in states)
         else:
             out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt,
-                                                             tuple(zip(schedule.ends, schedule.junctions)))
+                                                             compute_pinned(schedule, geometry, prompt, lookahead))
                        if t <= hashed and Tokens(t) in states)
         if has_c and c in states:
             out.add((gi, Boundary(c)))
