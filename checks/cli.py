@@ -267,7 +267,7 @@ def format_schedule(scenario: Scenario) -> list[str]:
     """Return the schedule lines of a scenario whose rule set reads one: per stored request its chunk ends and the
     Mamba states they leave; under the block schedule also what vLLM serve's default budget would leave and hit."""
     from kvspec.spec.rules import STORE_VLLM_0_33, compute_lookahead, compute_rule_geometry
-    from kvspec.spec.schedule import compute_checkpoints, compute_mamba_states, describe_schedule
+    from kvspec.spec.schedule import BLOCK_SCHEDULE, compute_checkpoints, compute_mamba_states, describe_schedule
     from kvspec.spec.store import compute_checkpoint
     rules = get_rules(scenario.rules)
     g = scenario.geometry
@@ -275,7 +275,8 @@ def format_schedule(scenario: Scenario) -> list[str]:
     if rules.store != STORE_VLLM_0_33 or not mamba or scenario.objects is not None or not scenario.stored:
         return []
     rg, lam = compute_rule_geometry(rules, g), compute_lookahead(rules, g)
-    if scenario.schedule.budget is None:  # every block end has a state: one line, and what vLLM's default changes
+    if scenario.schedule == BLOCK_SCHEDULE and all(r.schedule is None for r in scenario.stored):
+        # every block end has a state: one line, and what vLLM's default changes
         line = f"schedule: {describe_schedule(scenario.schedule)}"
         try:
             h = compute_hit(attrs.evolve(scenario, schedule=Schedule(budget=RELEASE_BUDGET)))
@@ -284,18 +285,21 @@ def format_schedule(scenario: Scenario) -> list[str]:
         here = compute_hit(scenario)
         return [f"{line}; under vLLM serve's default budget (--chunk-budget {RELEASE_BUDGET}, H100/H200) the hit "
                 f"is {h}" + (" too" if h == here else f", not {here}: fewer Mamba states exist there")]
-    out = [f"schedule: {describe_schedule(scenario.schedule)}"]
+    own_ones = any(r.schedule is not None for r in scenario.stored)
+    out = [f"schedule: {describe_schedule(scenario.schedule)}" + ("; a request's own schedule in brackets" if own_ones
+                                                                 else "")]
     for r in scenario.stored:
         try:
-            cps = compute_checkpoints(scenario.schedule, rg, Tokens(r.prompt), lam)
+            cps = compute_checkpoints(r.schedule or scenario.schedule, rg, Tokens(r.prompt), lam)
         except SpecError as err:
             out.append(f"  stored prompt {r.prompt}: {err.rule}: {err.message}")
             continue
         c = compute_checkpoint(rg, Tokens(r.prompt), lam)
         states = {i: sorted(compute_mamba_states(cps, g.groups[i].block_size, c)) for i in mamba}
+        own = f" ({describe_schedule(r.schedule)})" if r.schedule is not None else ""
         inside = f" (checkpoint blocks exported {list(cps.internals)})" if cps.internals else ""
         shown = "; ".join(f"group {i} {_short(v)}" for i, v in states.items())
-        out.append(f"  stored prompt {r.prompt}: chunks end at {_short(cps.ends)}{inside}; Mamba states exist at: "
+        out.append(f"  stored prompt {r.prompt}{own}: chunks end at {_short(cps.ends)}{inside}; Mamba states exist at: "
                    f"{shown}")
     return out
 
