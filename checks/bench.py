@@ -284,11 +284,12 @@ def bench_conversations(rule_sets: tuple[str, ...] = MEASURED, count: int = 12, 
 
 def render_plot(path: str, rule_sets: tuple[str, ...] = MEASURED, step: int = 7) -> None:
     """Write a plot of the identical-resend hit against the prompt length, per rule set (one panel per geometry
-    and retention), with the reusable length (compute_reusable; a resend: ⌊(P−1)/u⌋·u) for reference."""
+    and retention), with the reusable length (compute_reusable; a resend: ⌊(P−1)/u⌋·u) for reference; and, per
+    retention, the shared-system-prompt hit (bench_shared_prompt) over the stored prefill's chunk budget."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig, axes = plt.subplots(3, 2, figsize=(12, 12))
     for row, name in enumerate(EFFICIENCY_GEOMETRIES):
         u = _efficiency_geometry(name).unit
         for col, retention in enumerate(("replay", "dense")):
@@ -304,6 +305,19 @@ def render_plot(path: str, rule_sets: tuple[str, ...] = MEASURED, step: int = 7)
             ax.set_xlabel("prompt length P (tokens)")
             ax.set_ylabel("hit h (tokens)")
             ax.legend(fontsize=8)
+    shared = bench_shared_prompt()
+    for col, retention in enumerate(("replay", "dense")):
+        ax = axes[2][col]
+        for r in (x for x in shared if x["retention"] == retention):
+            names = list(r["hits"])
+            ax.plot(range(len(names)), [r["hits"][k] / r["reusable"] for k in names], marker="o", lw=1.2,
+                    label=f"{r['rules']}, system {r['system_prompt']}")
+            ax.set_xticks(range(len(names)), [("budget " + k if k[0].isdigit() else k) for k in names], fontsize=8)
+        ax.set_title(f"kimi-k3-dcp8, {retention}: shared system prompt, then a new turn")
+        ax.set_xlabel("how the first request's prefill was scheduled (32768+L: kvspec's proposal)")
+        ax.set_ylabel("second request's hit / reusable")
+        ax.set_ylim(-0.05, 1.05)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     import io
     from pathlib import Path
