@@ -88,7 +88,8 @@ def test_bench_efficiency_tables_and_plot(tmp_path, capsys):
     svg = tmp_path / "hit.svg"
     assert main(["bench", "--efficiency-only", "--quick", "--plot", str(svg)]) == 0
     text = svg.read_text()
-    assert "pr53324" in text and "vllm-0.33.0" in text and "identical resend" in text
+    assert "pr53324" in text and "vllm-0.33.0" in text and "identical resend" in text and "shared system prompt" in text
+    assert out["shared_prompt"] and len(out["shared_prompt"]) == 12
     import pytest
     with pytest.raises(SystemExit) as exc:
         main(["bench", "--efficiency-only", "--quick", "--plot", str(tmp_path / "no" / "dir" / "x.png")])
