@@ -51,7 +51,7 @@ import attrs
 from kvspec.checks.vllm_oracle import Engine, Refused, load_vllm
 from kvspec.spec.geometry import Geometry
 from kvspec.spec.schedule import Schedule
-from kvspec.spec.types import Tokens
+from kvspec.spec.types import Boundary, GroupId, Rank, Tokens
 
 VOCAB = 50_000
 
@@ -71,6 +71,7 @@ class LifecycleAnswer:
     stalled: str | None = None  # vLLM made no progress (too few blocks): not compared
     junctions: tuple[tuple[int, ...], ...] = ()  # per stored request, the junction vLLM had pinned at each chunk
     starts: tuple[tuple[int, ...], ...] = ()  # the start of each chunk in chunk_ends
+    evicted: frozenset[tuple[int, int, int]] = frozenset()  # (group, boundary, rank) removed before the lookup
 
 
 class Stalled(Exception):
@@ -330,19 +331,26 @@ class Lifecycle:
             loads += self._load(meta, store)
         return hit, tails, loads
 
-    def answer(self, stored: Sequence[Sequence[int]], lookup: Sequence[int], decode: int = 2) -> LifecycleAnswer:
-        """Return what vLLM's engine does: store the `stored` requests cold, then look `lookup` up on a second
-        engine."""
+    def answer(self, stored: Sequence[Sequence[int]], lookup: Sequence[int], decode: int = 2,
+               evict: Sequence[tuple[int, int]] = ()) -> LifecycleAnswer:
+        """Return what vLLM's engine does: store the `stored` requests cold, evict shards (`evict`: (k, rank): the
+        k-th object the lookup can name, sorted, modulo their count, on one rank or on every rank for -1), then look
+        `lookup` up on a second engine."""
         store = RecordingStore()
         ends = self.prefill(stored, store, decode)
         hashes = self.request("index", lookup).block_hashes
         index = {self.eng.key(r, gi, hashes, (i + 1) * self.g.unit): (gi, (i + 1) * self.g.unit, r)
                  for r in self.eng.ranks for gi in range(len(self.g.groups)) for i in range(len(hashes))}
         stored_objs = frozenset(index[k] for k in store.keys if k in index)
+        objs = sorted({(g, t) for g, t, _ in stored_objs})
+        gone = frozenset((g, t, r) for k, rank in evict if objs for g, t in [objs[k % len(objs)]]
+                         for r in (self.eng.ranks if rank < 0 else (rank % len(self.eng.ranks),)))
+        store.keys -= {self.eng.key(r, g, hashes, t) for g, t, r in gone}
         hit, tails, gets = self.lookup(lookup, store)
         loads = tuple(sorted((r, index[k][0], index[k][1]) for r, k in gets if k in index))
         return LifecycleAnswer(refused=None, chunk_ends=ends, stored=stored_objs, hit=hit, tails=tails, loads=loads,
-                               preemptions=self.preemptions, junctions=self.junctions, starts=self.starts)
+                               preemptions=self.preemptions, junctions=self.junctions, starts=self.starts,
+                               evicted=gone)
 
 
 def lifecycle_tokens(requests: Sequence[tuple[int, int]], lookup: int, seed: int) -> tuple[list[list[int]], list[int]]:
@@ -356,13 +364,14 @@ def lifecycle_tokens(requests: Sequence[tuple[int, int]], lookup: int, seed: int
 
 def compute_lifecycle_answer(geometry: Geometry, schedule: Schedule, requests: Sequence[tuple[int, int]], lookup: int,
                              seed: int = 7, num_blocks: int | None = None, decode: int = 2,
+                             evict: Sequence[tuple[int, int]] = (),
                              v: types.SimpleNamespace | None = None) -> LifecycleAnswer:
     """Return vLLM's lifecycle answer for stored requests (P, S) arriving together and one lookup of `lookup` tokens;
     `num_blocks` KV blocks (None: plenty; few: vLLM preempts)."""
     try:
         lc = Lifecycle(geometry, schedule, max([lookup, *(p for p, _ in requests)]) + decode, v, num_blocks)
         stored, look = lifecycle_tokens(requests, lookup, seed)
-        return lc.answer(stored, look, decode)
+        return lc.answer(stored, look, decode, evict)
     except Refused as exc:  # the connector's own block-size resolution refused the geometry
         return LifecycleAnswer(refused=exc.reason)
     except Stalled as exc:
@@ -387,6 +396,7 @@ class LifecycleCase:
     lookup: int
     num_blocks: int | None = None
     decode: int = 2  # tokens each stored request generates (long decodes with few blocks: vLLM preempts)
+    evict: tuple[tuple[int, int], ...] = ()  # shards removed before the lookup: (k-th nameable object, rank or -1)
 
     def scenario(self, rules: str, ends: tuple[tuple[int, ...], ...] | None = None,
                  junctions: tuple[tuple[int, ...], ...] = (), starts: tuple[tuple[int, ...], ...] = ()) -> Any:
@@ -421,6 +431,8 @@ class LifecycleCase:
             extra.append("--no-chunked-prefill")
         note = "" if self.derives() else f"  # {len(self.requests)} concurrent requests, {self.num_blocks} blocks, " \
                                          f"decode {self.decode}"
+        if self.evict:
+            note += f"  # evicted before the lookup: {list(self.evict)} (k-th nameable object, rank; -1: all)"
         return " ".join([format_explain_command(attrs.evolve(self.scenario(rules), schedule=BLOCK)), *extra]) + note
 
 
@@ -431,7 +443,8 @@ LAST_PREEMPTIONS = [0]  # the preemptions vLLM made in the last compared case (t
 def draw_lifecycle_case(rng: random.Random) -> LifecycleCase:
     """Return one generated case: u in 16..128, b = q·u, D in {1, 2, 4, 8}, EAGLE or not, either retention,
     budgets 256..65536 (and b, b/2), prefill checkpoint blocks in one case of five; prompts around multiples of
-    L and of b, below MAX_TOKENS; the lookup identical, longer or sharing a random prefix. One case in three
+    L and of b, below MAX_TOKENS; the lookup identical, longer or sharing a random prefix; in one case of four,
+one or two stored objects evicted on one rank or on all before the lookup. One case in three
     stores 2-4 requests at once (sharing each step's budget), half of those with KV blocks for about one and a
     half of them, so vLLM preempts and resumes."""
     from kvspec.spec.geometry import Group, Parallel, compute_lcm_span
@@ -471,13 +484,16 @@ def draw_lifecycle_case(rng: random.Random) -> LifecycleCase:
         longest = max(p for p, _ in requests) + decode
         per = len(groups) * (-(-longest // (b * g.parallel.dcp)) + 4)
         blocks = per + per // 4
+    evict = tuple((rng.randint(0, 99), rng.choice([-1, rng.randint(0, 7)])) for _ in range(rng.randint(1, 2))) \
+        if rng.random() < 0.25 else ()
     return LifecycleCase(geometry=g, schedule=schedule, requests=tuple(requests), lookup=n, num_blocks=blocks,
-                         decode=decode)
+                         decode=decode, evict=evict)
 
 
 def compute_spec_lifecycle(case: LifecycleCase, rules: str, ends: tuple[tuple[int, ...], ...] | None = None,
                            junctions: tuple[tuple[int, ...], ...] = (),
-                           starts: tuple[tuple[int, ...], ...] = ()) -> LifecycleAnswer:
+                           starts: tuple[tuple[int, ...], ...] = (),
+                           evicted: frozenset[tuple[int, int, int]] = frozenset()) -> LifecycleAnswer:
     """Return kvspec's answer to a case in the oracle's terms (with `ends`: from the observed chunk ends and
     junctions)."""
     from kvspec.spec.errors import SpecError
@@ -486,6 +502,8 @@ def compute_spec_lifecycle(case: LifecycleCase, rules: str, ends: tuple[tuple[in
     from kvspec.spec.schedule import compute_checkpoints
     try:
         sc = case.scenario(rules, ends, junctions, starts)
+        if evicted:
+            sc = attrs.evolve(sc, evicted=frozenset((GroupId(g), Boundary(t), Rank(r)) for g, t, r in evicted))
     except SpecError as err:
         return LifecycleAnswer(refused=f"{err.rule}: {err.message}")
     rs, g = get_rules(rules), case.geometry
@@ -507,13 +525,13 @@ def compare_lifecycle(case: LifecycleCase, rules: str, v: types.SimpleNamespace 
     come, first served: its chunks do not depend on the others) when it was not preempted. The other fields: from
     kvspec's derivation for a lone request, from the observed chunk ends otherwise."""
     theirs = compute_lifecycle_answer(case.geometry, case.schedule, case.requests, case.lookup,
-                                      num_blocks=case.num_blocks, decode=case.decode, v=v)
+                                      num_blocks=case.num_blocks, decode=case.decode, evict=case.evict, v=v)
     LAST_PREEMPTIONS[0] = theirs.preemptions
     if theirs.stalled:
         return {}
-    trace = not case.derives() and theirs.refused is None
+    trace = not case.derives() and theirs.refused is None and not theirs.stalled
     mine = compute_spec_lifecycle(case, rules, theirs.chunk_ends if trace else None, theirs.junctions if trace else (),
-                                  theirs.starts if trace else ())
+                                  theirs.starts if trace else (), theirs.evicted)
     if mine.refused is not None or theirs.refused is not None:
         return {"refusal": (mine.refused is None) == (theirs.refused is None)}
     out = {"refusal": True, "stored": mine.stored == theirs.stored, "hit": mine.hit == theirs.hit,
@@ -563,11 +581,12 @@ def run_lifecycle_conformance(count: int = 300, seed: int = 0, rules: str | None
     compared = dict.fromkeys(FIELDS, 0)
     bad: list[dict[str, Any]] = []
     cases = iterate_lifecycle_cases(count, seed)
-    kinds = {"one request": 0, "concurrent": 0, "with preemption": 0, "stalled (not compared)": 0}
+    kinds = {"one request": 0, "concurrent": 0, "with preemption": 0, "with evictions": 0, "stalled (not compared)": 0}
     for case in cases:
         res = compare_lifecycle(case, rules, v)
         kinds["one request" if len(case.requests) == 1 else "concurrent"] += 1
         kinds["with preemption"] += LAST_PREEMPTIONS[0] > 0
+        kinds["with evictions"] += bool(case.evict)
         kinds["stalled (not compared)"] += not res
         for f, ok in res.items():
             compared[f] += 1

@@ -322,6 +322,7 @@ def test_lifecycle_conformance_on_generated_scenarios(v, rules):
     compared = rep["cases"] - rep["kinds"]["stalled (not compared)"]
     assert rep["cases"] >= 300 and all(rep["compared"][f] == compared for f in ("refusal", "hit"))
     assert rep["kinds"]["concurrent"] >= 60 and rep["kinds"]["with preemption"] >= 3
+    assert rep["kinds"]["with evictions"] >= 40
     assert rep["ok"], format_lifecycle_report(rep)
 
 
