@@ -308,10 +308,10 @@ def render_plot(path: str, rule_sets: tuple[str, ...] = MEASURED, step: int = 7)
     shared = bench_shared_prompt()
     for col, retention in enumerate(("replay", "dense")):
         ax = axes[2][col]
-        for r in (x for x in shared if x["retention"] == retention):
-            names = list(r["hits"])
-            ax.plot(range(len(names)), [r["hits"][k] / r["reusable"] for k in names], marker="o", lw=1.2,
-                    label=f"{r['rules']}, system {r['system_prompt']}")
+        for row_ in (x for x in shared if x["retention"] == retention):
+            names = list(row_["hits"])
+            ax.plot(range(len(names)), [row_["hits"][k] / row_["reusable"] for k in names], marker="o", lw=1.2,
+                    label=f"{row_['rules']}, system {row_['system_prompt']}")
             ax.set_xticks(range(len(names)), [("budget " + k if k[0].isdigit() else k) for k in names], fontsize=8)
         ax.set_title(f"kimi-k3-dcp8, {retention}: shared system prompt, then a new turn")
         ax.set_xlabel("how the first request's prefill was scheduled (32768+L: kvspec's proposal)")
