@@ -18,7 +18,7 @@ from kvspec import __version__
 from kvspec.spec.errors import SpecError, require
 from kvspec.spec.geometry import Geometry, Group, Parallel, resolve_kind
 from kvspec.spec.presets import PRESETS, get_preset
-from kvspec.spec.rules import DEFAULT_RULES, RULE_SETS, get_rules
+from kvspec.spec.rules import DEFAULT_RULES, LEGACY_SWITCH_RULES, RULE_SETS, get_rules
 from kvspec.spec.scenario import (
     Outcome,
     Scenario,
@@ -161,7 +161,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
     geometry = _geometry(args)
     if args.prompt is None:
         raise SpecError("scenario", "--prompt N (the lookup request's length) is required")
-    rule = get_rules("legacy" if args.legacy_tail_key else (args.rules or DEFAULT_RULES)).name
+    rule = get_rules(LEGACY_SWITCH_RULES if args.legacy_tail_key else (args.rules or DEFAULT_RULES)).name
     evicted = _evictions(args, geometry)
     schedule = _schedule(args)
     if args.stored_json is not None:

@@ -33,6 +33,7 @@ from .closed_form import (
     is_mamba_fact,
     pre_params,
 )
+from .rulesets import get_rule_checks
 from .z3ops import Z3Ops
 
 
@@ -430,13 +431,15 @@ def compute_theorems() -> tuple[Theorem, ...]:
                            replay=_replay_scenario("I-20", draft=True, rule=vr), precondition=_pre(ALL, STEPS),
                            **SYMBOLIC))
     for rule in ("pr53324", *VLLM_RULES):  # maximality of the tail boundaries (MAX-HIT's brute force has no closed form)
-        at, under = ("", "") if rule == "pr53324" else (f"@{rule}", f"; rules {rule}")
+        at = get_rule_checks(rule).at
+        under = f"; rules {rule}" if at else ""
         out.append(Theorem(name=f"MAX-TAIL/z3{at}", statement=get_invariant("MAX-TAIL").statement +
                            f" [every u, q, D{under}]", build=_chain("MAX-TAIL", rule=rule), budget_s=10.0,
                            rests_on="; ".join((*(f"{st}{at}" for st in STEPS), CLOSED)),
                            replay=_replay_scenario("MAX-TAIL", rule=rule), precondition=_pre(ALL, STEPS), **SYMBOLIC))
     for rule in ("pr53324", *VLLM_RULES):  # the failure closure under each rule set with a closed form
-        at, under = ("", "") if rule == "pr53324" else (f"@{rule}", f"; rules {rule}")
+        at = get_rule_checks(rule).at
+        under = f"; rules {rule}" if at else ""
         out.append(Theorem(name=f"LEMMA-RETRY{at}", statement="a lookup capped at k <= ⌊(N−1)/u⌋ hits at most max(k, 0) "
                            f"[every u, q, D, k{under}]", build=_retry_lemma(rule), budget_s=20.0,
                            rests_on=f"LEMMA-MAMBA{at}; {CLOSED} (the capped closed form: LINK-failure{at.replace('@', '-')})",
@@ -452,7 +455,7 @@ def compute_theorems() -> tuple[Theorem, ...]:
     # what an identical resend hits (issue: cache efficiency): the PR's rules lose it (replay retention with EAGLE),
     # vLLM 0.33.0's reach the best, as does hash lookahead
     for rule, expected in (("pr53324", "refuted"), (VLLM, "proved"), (LOOKAHEAD, "proved")):
-        at = "" if rule == "pr53324" else f"@{rule}"
+        at = get_rule_checks(rule).at
         out.append(Theorem(name=f"RESEND/z3{at}", statement="an identical resend (S = P = N) hits ⌊(P−1)/u⌋, with the "
                            f"EAGLE drop max(⌊P/u⌋ − 1, 0) [every u, q, D, P; rules {rule}]", build=_resend(rule),
                            expected=expected, budget_s=30.0, rests_on=CLOSED, replay=_replay_resend(rule),

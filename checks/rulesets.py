@@ -26,11 +26,17 @@ class RuleChecks:
     exhaustive: bool  # a row of make verify's EXHAUSTIVE pass (the registry over the small scope)
     bench: bool  # the lookup bench, efficiency and conversation tables, the plot
     oracle: str | None = None  # "vllm==VERSION": that release's own code answers for this rule set
+    check_suffix: str | None = None  # what its check ids end with (make verify: "ID@rules"; "" for the PR's chain)
+
+    @property
+    def at(self) -> str:
+        """Return the suffix of the rule set's check ids: check_suffix when given, else "@" + the name."""
+        return f"@{self.rules}" if self.check_suffix is None else self.check_suffix
 
 
 RULE_CHECKS: tuple[RuleChecks, ...] = (
     RuleChecks(rules="legacy", vectors=VECTORS_COUNTEREXAMPLES, key_vectors=False, exhaustive=False, bench=False),
-    RuleChecks(rules="pr53324", vectors=VECTORS_FULL, key_vectors=False, exhaustive=True, bench=True),
+    RuleChecks(rules="pr53324", vectors=VECTORS_FULL, key_vectors=False, exhaustive=True, bench=True, check_suffix=""),
     RuleChecks(rules="vllm-0.33.0", vectors=VECTORS_FULL, key_vectors=True, exhaustive=True, bench=True,
                oracle="vllm==0.33.0"),
     RuleChecks(rules="vllm-0.33.0-lookahead", vectors=VECTORS_FULL, key_vectors=True, exhaustive=False, bench=True),

@@ -74,6 +74,17 @@ class LifecycleAnswer:
     evicted: frozenset[tuple[int, int, int]] = frozenset()  # (group, boundary, rank) removed before the lookup
 
 
+@attrs.frozen(kw_only=True)
+class Trace:
+    """What vLLM's scheduler did with the stored requests: per request its chunks (ends, starts) and the junction it
+    had pinned when each ran (0: none); the preemptions it made."""
+
+    ends: tuple[tuple[int, ...], ...]
+    starts: tuple[tuple[int, ...], ...]
+    junctions: tuple[tuple[int, ...], ...]
+    preemptions: int
+
+
 class Stalled(Exception):
     """vLLM's engine made no progress (fewer KV blocks than one request needs): a capacity the spec does not
     model, so the case is counted, not compared."""
@@ -241,12 +252,11 @@ class Lifecycle:
                                              "kv_both", threading.Event())
                 for r in self.eng.ranks]
 
-    def prefill(self, prompts: Sequence[Sequence[int]], store: RecordingStore,
-                decode: int = 2) -> tuple[tuple[int, ...], ...]:
+    def prefill(self, prompts: Sequence[Sequence[int]], store: RecordingStore, decode: int = 2) -> Trace:
         """Run stored requests, all arriving at once, to completion on a fresh scheduler (their prefills share each
         step's budget first come first served; with few blocks vLLM preempts and resumes them); every step's
-        connector metadata goes through each rank's sending thread into `store`. Return each request's chunk ends
-        (a resumed request ends chunks again); raise Refused when the engine stalls."""
+        connector metadata goes through each rank's sending thread into `store`. Return what the scheduler did
+        (a resumed request ends chunks again); raise Stalled when the engine makes no progress."""
         from vllm.v1.outputs import ModelRunnerOutput
         s, senders = self.scheduler(store), self._senders(store)
         reqs = [self.request(f"stored-{k}", toks, decode) for k, toks in enumerate(prompts)]
@@ -255,10 +265,10 @@ class Lifecycle:
         ends: list[list[int]] = [[] for _ in reqs]
         starts: list[list[int]] = [[] for _ in reqs]
         pins: list[list[int]] = [[] for _ in reqs]  # the junction vLLM had pinned when each chunk ran (0: none)
-        self.preemptions = 0
+        preemptions = 0
         for _ in range(sum(len(t) for t in prompts) + 8 * decode + 64):  # prefill chunks, decode steps, then a step that flushes
             out = s.schedule()                               # the finish-time hand-offs into the next metadata
-            self.preemptions += len(out.preempted_req_ids or ())
+            preemptions += len(out.preempted_req_ids or ())
             ids = []
             for k, r in enumerate(reqs):
                 n = out.num_scheduled_tokens.get(r.request_id, 0)
@@ -296,9 +306,8 @@ class Lifecycle:
                                                             finished_recving=loaded or None)))
         else:
             raise Stalled("the engine stalled: too few KV blocks for one request")
-        self.junctions = tuple(tuple(j) for j in pins)
-        self.starts = tuple(tuple(x) for x in starts)
-        return tuple(tuple(e) for e in ends)
+        return Trace(ends=tuple(tuple(e) for e in ends), starts=tuple(tuple(x) for x in starts),
+                     junctions=tuple(tuple(j) for j in pins), preemptions=preemptions)
 
     def _load(self, meta: Any, store: RecordingStore) -> list[tuple[int, str]]:
         """Run every rank's receiving thread on one load request (what start_load_kv queues); return its gets."""
@@ -337,7 +346,7 @@ class Lifecycle:
         k-th object the lookup can name, sorted, modulo their count, on one rank or on every rank for -1), then look
         `lookup` up on a second engine."""
         store = RecordingStore()
-        ends = self.prefill(stored, store, decode)
+        trace = self.prefill(stored, store, decode)
         hashes = self.request("index", lookup).block_hashes
         index = {self.eng.key(r, gi, hashes, (i + 1) * self.g.unit): (gi, (i + 1) * self.g.unit, r)
                  for r in self.eng.ranks for gi in range(len(self.g.groups)) for i in range(len(hashes))}
@@ -348,9 +357,9 @@ class Lifecycle:
         store.keys -= {self.eng.key(r, g, hashes, t) for g, t, r in gone}
         hit, tails, gets = self.lookup(lookup, store)
         loads = tuple(sorted((r, index[k][0], index[k][1]) for r, k in gets if k in index))
-        return LifecycleAnswer(refused=None, chunk_ends=ends, stored=stored_objs, hit=hit, tails=tails, loads=loads,
-                               preemptions=self.preemptions, junctions=self.junctions, starts=self.starts,
-                               evicted=gone)
+        return LifecycleAnswer(refused=None, chunk_ends=trace.ends, stored=stored_objs, hit=hit, tails=tails,
+                               loads=loads, preemptions=trace.preemptions, junctions=trace.junctions,
+                               starts=trace.starts, evicted=gone)
 
 
 def lifecycle_tokens(requests: Sequence[tuple[int, int]], lookup: int, seed: int) -> tuple[list[list[int]], list[int]]:
@@ -437,7 +446,6 @@ class LifecycleCase:
 
 
 BLOCK = Schedule()
-LAST_PREEMPTIONS = [0]  # the preemptions vLLM made in the last compared case (the report counts the cases with any)
 
 
 def draw_lifecycle_case(rng: random.Random) -> LifecycleCase:
@@ -519,17 +527,26 @@ def compute_spec_lifecycle(case: LifecycleCase, rules: str, ends: tuple[tuple[in
 
 
 def compare_lifecycle(case: LifecycleCase, rules: str, v: types.SimpleNamespace | None = None) -> dict[str, bool]:
-    """Return per-field agreement of kvspec and vLLM's engine on one case (only `refusal` when either refuses).
+    """Return per-field agreement of kvspec and vLLM's engine on one case (see compare_answers)."""
+    return compare_answers(case, rules, compute_case_answer(case, v))
+
+
+def compute_case_answer(case: LifecycleCase, v: types.SimpleNamespace | None = None) -> LifecycleAnswer:
+    """Return vLLM's answer to a case."""
+    return compute_lifecycle_answer(case.geometry, case.schedule, case.requests, case.lookup,
+                                    num_blocks=case.num_blocks, decode=case.decode, evict=case.evict, v=v)
+
+
+def compare_answers(case: LifecycleCase, rules: str, theirs: LifecycleAnswer) -> dict[str, bool]:
+    """Return per-field agreement of kvspec with vLLM's answer to a case (only `refusal` when either refuses; none
+    when vLLM stalled).
 
     chunk_ends: kvspec's derivation against vLLM's chunks for a lone request, and for the first of several (first
     come, first served: its chunks do not depend on the others) when it was not preempted. The other fields: from
     kvspec's derivation for a lone request, from the observed chunk ends otherwise."""
-    theirs = compute_lifecycle_answer(case.geometry, case.schedule, case.requests, case.lookup,
-                                      num_blocks=case.num_blocks, decode=case.decode, evict=case.evict, v=v)
-    LAST_PREEMPTIONS[0] = theirs.preemptions
     if theirs.stalled:
         return {}
-    trace = not case.derives() and theirs.refused is None and not theirs.stalled
+    trace = not case.derives() and theirs.refused is None
     mine = compute_spec_lifecycle(case, rules, theirs.chunk_ends if trace else None, theirs.junctions if trace else (),
                                   theirs.starts if trace else (), theirs.evicted)
     if mine.refused is not None or theirs.refused is not None:
@@ -583,9 +600,10 @@ def run_lifecycle_conformance(count: int = 300, seed: int = 0, rules: str | None
     cases = iterate_lifecycle_cases(count, seed)
     kinds = {"one request": 0, "concurrent": 0, "with preemption": 0, "with evictions": 0, "stalled (not compared)": 0}
     for case in cases:
-        res = compare_lifecycle(case, rules, v)
+        theirs = compute_case_answer(case, v)
+        res = compare_answers(case, rules, theirs)
         kinds["one request" if len(case.requests) == 1 else "concurrent"] += 1
-        kinds["with preemption"] += LAST_PREEMPTIONS[0] > 0
+        kinds["with preemption"] += theirs.preemptions > 0
         kinds["with evictions"] += bool(case.evict)
         kinds["stalled (not compared)"] += not res
         for f, ok in res.items():

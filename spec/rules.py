@@ -125,6 +125,7 @@ RULE_SETS: dict[str, RuleSet] = {
 }
 
 DEFAULT_RULES = "vllm-0.34.0"  # the newest shipped rule set
+LEGACY_SWITCH_RULES = "legacy"  # the rule set the legacy switch names (scenario JSON "legacy": true, --legacy-tail-key)
 
 
 def get_rules(name: str) -> RuleSet:

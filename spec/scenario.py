@@ -39,6 +39,7 @@ from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
 from .plan import LoadEntry, plan_load
 from .rules import (
     DEFAULT_RULES,
+    LEGACY_SWITCH_RULES,
     STORE_VLLM_0_33,
     RuleSet,
     check_config,
@@ -358,9 +359,9 @@ def decode_scenario(raw: Mapping[str, Any]) -> Scenario:
     geometry = decode_geometry_input(raw)
     legacy = raw.get("legacy", False)
     require(isinstance(legacy, bool), RULE_SCENARIO, f"legacy must be true or false, got {legacy!r}")
-    require(not (legacy and "rules" in raw and raw["rules"] != "legacy"), RULE_SCENARIO,
+    require(not (legacy and "rules" in raw and raw["rules"] != LEGACY_SWITCH_RULES), RULE_SCENARIO,
             f"legacy: true is the rule set 'legacy', but rules is {raw.get('rules')!r}")
-    rules = get_rules(raw.get("rules", "legacy" if legacy else DEFAULT_RULES)).name
+    rules = get_rules(raw.get("rules", LEGACY_SWITCH_RULES if legacy else DEFAULT_RULES)).name
     require("prompt" in raw, RULE_SCENARIO, "prompt (the lookup request's length) is required")
     n = _int(raw["prompt"], "prompt", 1)
     given = [k for k in ("stored_prompt", "stored", "requests") if k in raw]

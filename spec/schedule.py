@@ -114,9 +114,10 @@ def compute_checkpoint_position(n: Tokens, size: Tokens, drop: bool, lookahead: 
     return Tokens(max(n - max(1, lookahead), 0) // size * size)
 
 
-def is_partial_schedule(geometry: Geometry) -> bool:
-    """Return whether hits land inside a scheduler block (fine and u < L): the scheduler then stops at C."""
-    return is_fine(geometry) and geometry.unit < compute_lcm_span(geometry)
+def is_partial(geometry: Geometry) -> bool:
+    """Return whether hits land below the scheduler block (fine mode and a < L): the connector's partial hits, and
+    the scheduler then stops a chunk at C."""
+    return is_fine(geometry) and compute_alignment(geometry) < compute_lcm_span(geometry)
 
 
 def is_internal_checkpoint(schedule: Schedule, geometry: Geometry, start: Tokens, end: Tokens,
@@ -132,17 +133,15 @@ def is_internal_checkpoint(schedule: Schedule, geometry: Geometry, start: Tokens
 
 
 def compute_chunk_split(schedule: Schedule, geometry: Geometry, prompt: Tokens, lookahead: int, start: Tokens,
-                        offered: Tokens) -> tuple[Tokens, bool]:
-    """Return (the chunk's length, whether it exports the checkpoint internally): the offered tokens cut to a Mamba
-    block end unless the chunk finishes the prompt (or the block is wider than a chunk can be), then stopped at
-    the first mandatory position strictly inside it — the next block end of a chunk that starts mid-block, the last
-    cacheable block end (C at block size b), and C at unit size when hits land inside a block (with kvspec's
-    proposal also every k·K and k·K − b)."""
+                        offered: Tokens) -> Tokens:
+    """Return the chunk's length: the offered tokens cut to a Mamba block end unless the chunk finishes the prompt
+    (or the block is wider than a chunk can be), then stopped at the first mandatory position strictly inside it —
+    the next block end of a chunk that starts mid-block, the last cacheable block end (C at block size b), and C at
+    unit size when hits land inside a block (with kvspec's proposal also every k·K and k·K − b)."""
     b, u, drop = compute_scheduler_block(geometry), geometry.unit, has_eagle(geometry)
-    partial = is_partial_schedule(geometry)
+    partial = is_partial(geometry)
     end = start + offered
-    position = compute_checkpoint_position(prompt, Tokens(u if partial else compute_lcm_span(geometry)), drop,
-                                           lookahead)
+    position = compute_checkpoint_position(prompt, compute_alignment(geometry), drop, lookahead)
     internal = end >= prompt and is_internal_checkpoint(schedule, geometry, start, Tokens(end), position)
     last_cache = Tokens(0) if internal else compute_checkpoint_position(prompt, b, drop, lookahead)
     if end < prompt:
@@ -162,7 +161,7 @@ def compute_chunk_split(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
         ((start + b) // k + 1) * k - b if k else 0,
     )
     end = min((s for s in stops if start < s < end), default=end)
-    return Tokens(max(end - start, 0)), internal
+    return Tokens(max(end - start, 0))
 
 
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: one schedule per (geometry, prompt, λ)
@@ -184,8 +183,7 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
                 seen += compute_chunk_export(schedule, geometry, prompt, lookahead, Tokens(start), Tokens(end))
         return Checkpoints(ends=tuple(sorted({*(Tokens(e) for e in schedule.ends), prompt})), internals=tuple(seen))
     if schedule.budget is None:
-        c = compute_checkpoint_position(prompt, Tokens(geometry.unit if is_partial_schedule(geometry)
-                                                       else compute_lcm_span(geometry)), has_eagle(geometry), lookahead)
+        c = compute_checkpoint_position(prompt, compute_alignment(geometry), has_eagle(geometry), lookahead)
         every = {Tokens(k * b) for k in range(1, prompt // b + 1)} | {prompt} | ({c} if c > 0 else set())
         return Checkpoints(ends=tuple(sorted(every)))
     if not schedule.chunked and prompt > schedule.budget:
@@ -203,7 +201,7 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
         offered = prompt - done
         if 0 < schedule.long_prefill_threshold < offered:
             offered = schedule.long_prefill_threshold
-        n, _ = compute_chunk_split(schedule, geometry, prompt, lookahead, done, Tokens(min(offered, schedule.budget)))
+        n = compute_chunk_split(schedule, geometry, prompt, lookahead, done, Tokens(min(offered, schedule.budget)))
         if n <= 0:
             raise SpecError(RULE_UNSCHEDULABLE, f"the scheduler makes no progress at token {done} (budget "
                                                 f"{schedule.budget}, Mamba block {b})")

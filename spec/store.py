@@ -22,7 +22,15 @@ from .geometry import (
     is_fine,
 )
 from .rules import STORE_VLLM_0_33, RuleSet, compute_lookahead, compute_rule_geometry
-from .schedule import BLOCK_SCHEDULE, Schedule, compute_checkpoints, compute_mamba_states, compute_pinned
+from .schedule import (
+    BLOCK_SCHEDULE,
+    Schedule,
+    compute_checkpoint_position,
+    compute_checkpoints,
+    compute_mamba_states,
+    compute_pinned,
+    is_partial,
+)
 from .types import Boundary, GroupId, Rank, Tokens
 
 Obj = tuple[GroupId, Boundary]  # a (group, boundary) object, all ranks
@@ -129,10 +137,7 @@ def compute_hashed_length(geometry: Geometry, prompt: Tokens, lookahead: int = 0
 
 def compute_checkpoint(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> Tokens:
     """Return C = max(⌊P/a⌋·a − a, 0) with EAGLE, else max(⌊(P − max(1, λ))/a⌋·a, 0): the prompt's Mamba checkpoint."""
-    a = compute_alignment(geometry)
-    if has_eagle(geometry):
-        return Tokens(max(prompt // a * a - a, 0))
-    return Tokens(max(prompt - max(1, lookahead), 0) // a * a)
+    return compute_checkpoint_position(prompt, compute_alignment(geometry), has_eagle(geometry), lookahead)
 
 
 def compute_proof_margin(geometry: Geometry, group: GroupId) -> Tokens:
@@ -141,11 +146,6 @@ def compute_proof_margin(geometry: Geometry, group: GroupId) -> Tokens:
         return Tokens(0)
     s, u = compute_span(geometry, group), geometry.unit
     return Tokens(u if is_partial(geometry) and s > u else s)
-
-
-def is_partial(geometry: Geometry) -> bool:
-    """Return whether hits land below the scheduler block (fine mode and a < L): the connector's partial hits."""
-    return is_fine(geometry) and compute_alignment(geometry) < compute_lcm_span(geometry)
 
 
 def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens,
