@@ -51,6 +51,8 @@ class Params:
     p: Any  # stored prompt P
     n: Any  # lookup prompt N
     s_shared: Any  # shared prefix S
+    states: Any = None  # the Mamba states the stored request left, a membership test over units (StateSet on ints,
+    #                     an uninterpreted function in Z3): any chunk schedule's; None: the block schedule's (retention)
 
 
 def pre_params(ops: Any, x: Params) -> Any:
@@ -81,6 +83,19 @@ class ClosedForm:
     replay: Any = None  # R = ⌊⌊(P−1)/u⌋/q⌋·q, the replay checkpoint (units)
     retention: tuple[Any, ...] = ()  # the Mamba states retention keeps (R; vLLM's EAGLE R1, R2)
     mamba_below: Any = None  # t ↦ the largest stored, visible Mamba state <= t (0: none), the rule set's own
+    checkpoint: Any = None  # C (units) under vLLM's store rule
+    hashed: Any = None  # the last boundary with a hash (units)
+
+
+@attrs.frozen
+class StateSet:
+    """A finite set of Mamba states in units, callable as its membership test (the ints backend of Params.states)."""
+
+    units: frozenset[int]
+
+    def __call__(self, t: int) -> bool:
+        """Return whether a state is at t."""
+        return t in self.units
 
 
 VLLM = "vllm-0.33.0"
@@ -111,6 +126,8 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = N
     object is visible when t + 1 <= S (t <= ⌊(S−1)/u⌋), and the lookup's bound and tail scan end at ⌊(N−1)/u⌋.
     """
     lookahead, vllm = read_closed_rules(rule)
+    if x.states is not None and not vllm:
+        raise ValueError(f"rule set {rule} assumes the block schedule: no closed form over Mamba states")
     q, e = x.q, (0 if lookahead else x.e)
     m = ops.let("m", q * x.d)
     fine = m > 1
@@ -140,6 +157,9 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = N
         return ops.Or(ops.And(t >= 1, ops.divides(m, t), t <= full, t <= su), ops.And(tail_vis, t == tail))
 
     def mam_has(t: Any) -> Any:
+        if x.states is not None:  # any schedule: a state it left on a Mamba block end with a hash, or at C
+            return ops.And(t >= 1, t <= su, x.states(t),
+                           ops.Or(ops.And(ops.divides(q, t), t <= hashed), ops.And(ck > 0, t == ck)))
         if vllm:
             dense = ops.And(t >= 1, ops.divides(q, t), t <= hashed, t <= su)
             kept = ops.And(t >= 1, t <= su, ops.If(e == 1, ops.Or(t == r1, t == r2), t == replay))
@@ -154,6 +174,8 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = N
         return nb, inside, r, ops.let("y", ops.max(ops.If(ops.And(e == 1, r > 0), r - 1, r), 0))
 
     def mamba_at(h_att: Any) -> Any:
+        if x.states is not None:  # the largest such state <= min(⌊S/u⌋, h_att) (Z3: any one, see ops.pick_below)
+            return ops.pick_below("h_m", ops.min(su, h_att), mam_has, at_least=(ck,))
         if vllm:
             lim = ops.min(su, h_att)
 
@@ -188,7 +210,8 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = N
 
     cf = ClosedForm(m=m, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail, tail_vis=tail_vis, sel=sel, nb=nb,
                     inside=inside, reach=r, hit=hit, mamba_calls=calls, tail_attention=tail_of(att_has, m),
-                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2), mamba_below=mamba_at)
+                    tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2), mamba_below=mamba_at,
+                    checkpoint=ck if vllm else None, hashed=hashed)
     return cf, att_has, mam_has
 
 

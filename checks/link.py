@@ -10,10 +10,13 @@ import attrs
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.invariants import MISSING
 from kvspec.spec.ops import IntOps
+from kvspec.spec.rules import get_rules
 from kvspec.spec.scenario import Outcome, Scenario, StoredRequest, evaluate_scenario
-from kvspec.spec.types import GroupId
+from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule, describe_schedule
+from kvspec.spec.store import compute_rule_store
+from kvspec.spec.types import GroupId, Tokens
 
-from .closed_form import ClosedForm, Params, compute_closed_form, compute_closed_safe, compute_scaled
+from .closed_form import VLLM, ClosedForm, Params, StateSet, compute_closed_form, compute_closed_safe, compute_scaled
 
 
 @functools.lru_cache(maxsize=1024)  # a scope's inputs share few geometries: one value each (and warm spec caches)
@@ -43,7 +46,40 @@ def compute_pair(x: Params, draft: bool, rule: str) -> tuple[ClosedForm, Scenari
 
 def compare(x: Params, draft: bool = False, rule: str = "pr53324") -> str | None:
     """Return a description of the first difference between closed form and spec (under a rule set), or None."""
-    cf, sc, out = compute_pair(x, draft, rule)
+    return compare_outcome(x, draft, *compute_pair(x, draft, rule))
+
+
+def compute_stored_states(x: Params, sc: Scenario, schedule: Schedule) -> frozenset[int]:
+    """Return the Mamba states (units) the stored request stored under its rule set and schedule (visible or not)."""
+    mamba = GroupId(len(sc.geometry.groups) - 1)
+    stored = compute_rule_store(get_rules(sc.rules), sc.geometry, Tokens(x.p), schedule)
+    return frozenset(t // x.u for g, t in stored if g == mamba)
+
+
+def compare_schedule(x: Params, schedule: Schedule, draft: bool = False, rule: str = VLLM) -> str | None:
+    """Return the first difference between the closed form over the Mamba states a schedule left and the spec under
+    that schedule, or None: the states lie where the any-schedule theorems assume (Mamba block ends with a hash, or
+    C), C is among them when 0 < C <= the last hashed boundary (RESEND's precondition: every derived schedule stops
+    at C), and the hit and tails agree."""
+    sc = attrs.evolve(build_scenario(x, draft, rule), schedule=schedule)
+    out = evaluate_scenario(sc)
+    if out.error is not None:
+        return f"spec error {out.error} under {describe_schedule(schedule)}"
+    states = compute_stored_states(x, sc, schedule)
+    block = compute_closed_form(IntOps, x, rule)[0]
+    ck, hashed = block.checkpoint, block.hashed
+    odd = sorted(t for t in states if not ((t % x.q == 0 and 1 <= t <= hashed) or (ck > 0 and t == ck)))
+    if odd:
+        return f"Mamba states {odd} (units) off the block ends with a hash and C = {ck} for {x} under {schedule}"
+    if 0 < ck <= hashed and ck not in states:
+        return f"no Mamba state at C = {ck} (units) for {x} under {schedule}"
+    xs = attrs.evolve(x, states=StateSet(states))
+    diff = compare_outcome(xs, draft, compute_closed_form(IntOps, xs, rule)[0], sc, out)
+    return None if diff is None else f"{diff} under {describe_schedule(schedule)}"
+
+
+def compare_outcome(x: Params, draft: bool, cf: ClosedForm, sc: Scenario, out: Outcome) -> str | None:
+    """Return the first difference between a closed form and the spec's outcome of the scenario it describes."""
     if out.error is not None:
         return f"spec error {out.error}"
     tails = dict(out.tails)
@@ -114,12 +150,16 @@ class LinkScope:
     max_q: int
     blocks: int  # prompts up to this many attention spans
     draft: bool = False
+    schedules: tuple[Schedule, ...] = ()  # each input under each of these schedules (the any-schedule link)
 
     def describe(self) -> str:
         """Return the scope in words."""
         return (f"D∈{{{','.join(map(str, self.dcps))}}}, u∈{{{','.join(map(str, self.units))}}}, b≤{self.max_q}u, "
                 f"P and N up to {self.blocks} attention span(s), every shared prefix, EAGLE on/off, both retentions"
-                + (", with an equal-spec draft group" if self.draft else ""))
+                + (", with an equal-spec draft group" if self.draft else "")
+                + (f", under each of {len(self.schedules)} chunk schedules (budgets "
+                   f"{', '.join(str(s.budget) for s in self.schedules)}; prefill checkpoint blocks, kvspec's stop_every)"
+                   if self.schedules else ""))
 
     def iterate(self) -> Iterator[Params]:
         """Yield the scope's inputs."""
@@ -128,3 +168,9 @@ class LinkScope:
 
 LINK_SCOPE = LinkScope(name="link", dcps=(1, 2, 4, 8), units=(1, 2), max_q=2, blocks=1)
 LINK_SCOPE_DRAFT = LinkScope(name="link-draft", dcps=(1, 4), units=(1, 2), max_q=2, blocks=1, draft=True)
+
+# the any-schedule link: budgets from one token to a few scheduler blocks, prefill checkpoint blocks, kvspec's proposal
+LINK_SCHEDULES = (BLOCK_SCHEDULE, *(Schedule(budget=b) for b in (1, 2, 3, 5, 8, 24)), Schedule(budget=3, checkpoint_alignment=1),
+                  Schedule(budget=24, checkpoint_alignment=1), Schedule(budget=24, stop_every=4))
+LINK_SCOPE_SCHEDULES = LinkScope(name="link-schedules", dcps=(1, 2, 4), units=(1, 2), max_q=2, blocks=1,
+                                 schedules=LINK_SCHEDULES)

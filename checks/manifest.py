@@ -29,7 +29,7 @@ from .exhaustive import (
     SCOPE_SMALL_VLLM,
     Scope,
 )
-from .link import LINK_SCOPE, LINK_SCOPE_DRAFT, LinkScope
+from .link import LINK_SCOPE, LINK_SCOPE_DRAFT, LINK_SCOPE_SCHEDULES, LinkScope
 
 Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
 FAST_THEOREMS = ("I-1/2", "I-6", "CONTENT-KEY", "CONTENT-KEY@legacy-hashes", "LEMMA-MAMBA", "I-14", "I-18", "I-20",
@@ -312,7 +312,10 @@ class ExhaustiveCheck(SharedPass):
 
 LINK_WHAT = {"lookup": "closed form == executable fixed point (h, tail boundaries)",
              "failure": "closed-form safe boundary == spec/failure.py for every first failed attention block, Mamba "
-                        "block loaded or not, and the capped retry's hit"}
+                        "block loaded or not, and the capped retry's hit",
+             "schedules": "closed form over the Mamba states a chunk schedule left (the any-schedule theorems' "
+                          "predicate) == the spec under that schedule (h, tail boundaries); the states lie on Mamba "
+                          "block ends with a hash or C, and C is among them"}
 
 
 @attrs.frozen(kw_only=True)
@@ -330,7 +333,7 @@ class LinkCheck(SharedPass):
         return (None,)
 
     def run(self, part: Any, fast: bool) -> Part:
-        from .link import compare, compare_failure
+        from .link import compare, compare_failure, compare_schedule
         k = len(self.rows)
         n, secs = [0] * k, [0.0] * k
         bad: list[list[str]] = [[] for _ in range(k)]
@@ -341,8 +344,13 @@ class LinkCheck(SharedPass):
                 if bad[i]:  # a row stops at its first difference
                     continue
                 t0 = time.perf_counter()
-                n[i] += 1
-                r = compare_failure(x, self.rule) if what == "failure" else compare(x, self.scope.draft, self.rule)
+                if what == "schedules":  # one input per (closed-form input, schedule)
+                    n[i] += len(self.scope.schedules)
+                    r = next((d for sch in self.scope.schedules
+                              if (d := compare_schedule(x, sch, self.scope.draft, self.rule))), None)
+                else:
+                    n[i] += 1
+                    r = compare_failure(x, self.rule) if what == "failure" else compare(x, self.scope.draft, self.rule)
                 if r:
                     bad[i].append(r)
                 secs[i] += time.perf_counter() - t0
@@ -569,7 +577,8 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     for r in VLLM_RULES:  # each closed form of vLLM 0.33.0's store rule, linked as the PR's is
         out += [LinkCheck(rows=((f"LINK-{r}", "lookup"), (f"LINK-failure-{r}", "failure")), scope=LINK_SCOPE, rule=r),
                 LinkCheck(rows=((f"LINK-{r}-draft", "lookup"),), scope=LINK_SCOPE_DRAFT, rule=r),
-                LinkHypothesisCheck(id=f"LINK-hypothesis-{r}", rule=r)]
+                LinkHypothesisCheck(id=f"LINK-hypothesis-{r}", rule=r),
+                LinkCheck(rows=((f"LINK-{r}/schedules", "schedules"),), scope=LINK_SCOPE_SCHEDULES, rule=r)]
     out.append(ExhaustiveCheck(rows=(("FAIL-exhaustive", SCOPE_FAILURE),) + tuple(  # F-7's capped re-lookup included
         (f"FAIL-exhaustive/{r}", attrs.evolve(SCOPE_FAILURE, name=f"failure-{r}", rules=r)) for r in VLLM_RULES),
         judge="failure", chunks=4))

@@ -130,12 +130,14 @@ def _arith(inv_id: str) -> Callable[[Z3Ops], Query]:
 PARAM_NAMES = ("e", "dense", "p", "n", "s_shared")
 
 
-def _params(ops: Z3Ops, geom: tuple[int | None, int | None, int | None]) -> tuple[Params, dict[str, Any]]:
-    """Return symbolic parameters; a geometry (D, u, q) fixes the entries that are not None."""
+def _params(ops: Z3Ops, geom: tuple[int | None, int | None, int | None],
+            schedule: bool = False) -> tuple[Params, dict[str, Any]]:
+    """Return symbolic parameters; a geometry (D, u, q) fixes the entries that are not None; with `schedule`, the
+    Mamba states the stored request left are an uninterpreted predicate (every chunk schedule)."""
     z3 = ops.z3
     v = {n: z3.Int(n) for n in PARAM_NAMES}
     v.update({k: z3.Int(k) if val is None else z3.IntVal(val) for k, val in zip(("d", "u", "q"), geom)})
-    return Params(**v), v
+    return Params(**v, states=z3.Predicate("stored_mamba") if schedule else None), v
 
 
 def _scenario(inv_id: str, geom: tuple[int | None, int | None, int | None], legacy: bool = False,
@@ -164,11 +166,12 @@ def _hit_names(cf: Any) -> frozenset[str]:
 
 
 def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, None, None), legacy: bool = False,
-           draft: bool = False, rule: str = "pr53324") -> Callable[[Z3Ops], Query]:
-    """Return the builder of one step of a symbolic scenario proof (a lemma of STEPS, or an invariant id)."""
+           draft: bool = False, rule: str = "pr53324", schedule: bool = False) -> Callable[[Z3Ops], Query]:
+    """Return the builder of one step of a symbolic scenario proof (a lemma of STEPS, or an invariant id); with
+    `schedule`, over every chunk schedule (the stored Mamba states symbolic)."""
 
     def build(ops: Z3Ops) -> Query:
-        x, v = _params(ops, geom)
+        x, v = _params(ops, geom, schedule)
         closed = compute_closed_form(ops, x, rule)
         cf, att_has, mam_has = closed
         claims = (has_mamba_facts(ops, cf, mam_has), is_hit_shaped(ops, cf, mam_has),
@@ -214,12 +217,12 @@ def _failure_witness(ops: Any, closed: tuple[Any, Any, Any], f: Any, mok: Any, s
                           mamba_has=mam_has, mamba_loaded=mok == 1, has_mamba=True, retry_hit=retry)
 
 
-def _failure(inv_id: str, rule: str = "pr53324") -> Callable[[Z3Ops], Query]:
+def _failure(inv_id: str, rule: str = "pr53324", schedule: bool = False) -> Callable[[Z3Ops], Query]:
     """Return the builder of a failure-closure theorem under a rule set: every hit of the lemmas' shape (opaque),
     every first failed attention block f in 0..c (or none) and the Mamba block loaded or not; in units (a = u)."""
 
     def build(ops: Z3Ops) -> Query:
-        x, v = _params(ops, (None, None, None))
+        x, v = _params(ops, (None, None, None), schedule)
         closed = compute_closed_form(ops, x, rule)
         cf, att_has, mam_has = closed
         f, mok = ops.z3.Int("f"), ops.z3.Int("mok")
@@ -242,12 +245,12 @@ def _failure(inv_id: str, rule: str = "pr53324") -> Callable[[Z3Ops], Query]:
     return build
 
 
-def _retry_lemma(rule: str) -> Callable[[Z3Ops], Query]:
+def _retry_lemma(rule: str, schedule: bool = False) -> Callable[[Z3Ops], Query]:
     """Return the builder of LEMMA-RETRY: a lookup capped at any k <= ⌊(N−1)/u⌋ hits at most max(k, 0) (its Mamba
     hits left out, with LEMMA-MAMBA's facts: that lemma holds for every bound)."""
 
     def build(ops: Z3Ops) -> Query:
-        x, v = _params(ops, (None, None, None))
+        x, v = _params(ops, (None, None, None), schedule)
         k = ops.z3.Int("k")
         again, _, mam_has = compute_closed_form(ops, x, rule, cap=k)
         pre = ops.And(pre_params(ops, x), has_mamba_facts(ops, again, mam_has), k <= again.n_below)
@@ -271,12 +274,12 @@ def _replay_retry(rule: str) -> Callable[[dict[str, int]], bool]:
     return replay
 
 
-def _resend(rule: str) -> Callable[[Z3Ops], Query]:
+def _resend(rule: str, schedule: bool = False) -> Callable[[Z3Ops], Query]:
     """Return the builder of RESEND/z3: an identical resend (S = P = N) hits the resend best, one query per EAGLE and
-    retention case, on the closed form alone."""
+    retention case, on the closed form alone; with `schedule`, for every schedule that left the checkpoint's state."""
 
     def build(ops: Z3Ops) -> Query:
-        x, v = _params(ops, (None, None, None))
+        x, v = _params(ops, (None, None, None), schedule)
         # S = N = P by substitution, not as equalities beside the lemmas' facts: under vllm-0.33.0 the four queries
         # went from 105M units at most (≈73 s, the default solver alone) to 28M in all on the portfolio's pipeline
         x = attrs.evolve(x, s_shared=x.p, n=x.p)
@@ -284,7 +287,8 @@ def _resend(rule: str) -> Callable[[Z3Ops], Query]:
         cf = compute_closed_form(ops, x, rule)[0]
         best = compute_closed_resend(ops, x, rule)
         cases = [ops.And(x.e == e, x.dense == d) for e in (0, 1) for d in (0, 1)]
-        return Query(pre=pre_params(ops, x), claim=ops.And(*(ops.Implies(c, cf.hit == best) for c in cases)),
+        pre = ops.And(pre_params(ops, x), x.states(cf.checkpoint)) if schedule else pre_params(ops, x)
+        return Query(pre=pre, claim=ops.And(*(ops.Implies(c, cf.hit == best) for c in cases)),
                      variables=v)
 
     return build
@@ -460,6 +464,7 @@ def compute_theorems() -> tuple[Theorem, ...]:
                            f"EAGLE drop max(⌊P/u⌋ − 1, 0) [every u, q, D, P; rules {rule}]", build=_resend(rule),
                            expected=expected, budget_s=30.0, rests_on=CLOSED, replay=_replay_resend(rule),
                            precondition=_pre("S = P = N; u, q, D, P symbolic"), **SYMBOLIC))
+    out.extend(compute_schedule_theorems(lemmas))
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
                        "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
                        rlimit=40_000_000,  # per seed (HINTS): a stuck seed gives way early
@@ -474,6 +479,53 @@ def compute_theorems() -> tuple[Theorem, ...]:
                        budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True),
                        precondition=_pre("D = 8, u = 128, b = 1536; P, N, S symbolic")))
     return tuple(attrs.evolve(t, **HINTS.get(t.name, {})) for t in out)
+
+
+ANY_SCHEDULE = "/any-schedule"  # the suffix of a theorem posed for every chunk schedule
+SCHEDULE_WORDS = ("the Mamba states the stored request left are any set of Mamba block ends with a hash and C "
+                  "(an uninterpreted predicate: every chunk schedule, retention, preemption and pinned junction); "
+                  "each Mamba lookup returns 0 or such a state within its bound, no smaller than C when C is one")
+# What needs which schedule: every safety row holds for every schedule; RESEND needs the state at C (every schedule
+# vLLM derives leaves it: LINK-<rules>/schedules checks it); F-MAX (the safe boundary is the largest) and the
+# efficiency rows (MAX-HIT, BEST, MONO-*) need the finder's maximality over the block schedule's states: they are
+# proved or checked for the block schedule and checked exhaustively under derived schedules (EXHAUSTIVE/.../schedules).
+NEEDS_BLOCK_SCHEDULE = ("F-MAX",)
+
+
+def compute_schedule_theorems(lemmas: dict[str, str]) -> list[Theorem]:
+    """Return the chain, the scenario invariants, the failure closure, MAX-TAIL and RESEND under each of VLLM_RULES for
+    every chunk schedule (closed_form.Params.states symbolic; linked by LINK-<rules>/schedules)."""
+    out: list[Theorem] = []
+    for vr in VLLM_RULES:
+        tag, link = f"@{vr}{ANY_SCHEDULE}", f"link closed form over Mamba states == spec under schedules (LINK-{vr}/schedules)"
+        closed = f"closed form under {vr}'s store rule over the Mamba states (checks/closed_form.py); {link}"
+        chain = "; ".join((*(f"{st}{tag}" for st in STEPS), closed))
+        where = f" [every u, q, D, every chunk schedule; rules {vr}]"
+
+        def theorem(name: str, statement: str, build: Callable[[Z3Ops], Query], rests_on: str, assumed: tuple[str, ...],
+                    budget: float = 20.0, where: str = where, **kw: Any) -> Theorem:
+            return Theorem(name=name, statement=statement + where, build=build, budget_s=budget, rests_on=rests_on,
+                           precondition=_pre(ALL + "; " + SCHEDULE_WORDS, assumed), **{**SYMBOLIC, **kw})
+
+        for k, step in enumerate(STEPS):
+            out.append(theorem(f"{step}{tag}", lemmas[step], _chain(step, rule=vr, schedule=True),
+                               "; ".join((*(f"{st}{tag}" for st in STEPS[:k]), closed)), STEPS[:k], 30.0))
+        out.extend(theorem(f"{inv.id}{tag}", inv.statement, _chain(inv.id, rule=vr, schedule=True), chain, STEPS)
+                   for inv in REGISTRY if inv.kind == "scenario")
+        out.append(theorem(f"I-20/draft{tag}", "every load key is stored, equal-spec draft group",
+                           _chain("I-20", draft=True, rule=vr, schedule=True), chain + "; link with an equal-spec draft group",
+                           STEPS))
+        out.append(theorem(f"MAX-TAIL/z3{tag}", get_invariant("MAX-TAIL").statement,
+                           _chain("MAX-TAIL", rule=vr, schedule=True), chain, STEPS, 10.0))
+        out.append(theorem(f"LEMMA-RETRY{tag}", "a lookup capped at k <= ⌊(N−1)/u⌋ hits at most max(k, 0)",
+                           _retry_lemma(vr, True), f"LEMMA-MAMBA{tag}; {closed}", (), 10.0))
+        out.extend(theorem(f"{i}/z3{tag}", get_invariant(i).statement + " (every first failed attention block, Mamba "
+                           "block loaded or not)", _failure(i, vr, True),
+                           f"LEMMA-MAMBA{tag}; LEMMA-HIT-SHAPE{tag}; {closed}" + (f"; LEMMA-RETRY{tag}" if i == "F-7" else ""),
+                           STEPS[:2]) for i in FAILURE_THEOREMS if i not in NEEDS_BLOCK_SCHEDULE)
+        out.append(theorem(f"RESEND/z3{tag}", "an identical resend (S = P = N) hits ⌊(P−1)/u⌋, with the EAGLE drop "
+                           "max(⌊P/u⌋ − 1, 0), when the schedule left the state at C", _resend(vr, True), closed, ()))
+    return out
 
 
 # Proof hints, one table: per theorem, the Theorem fields to change, each found by measurement in a fresh context with
@@ -505,6 +557,12 @@ HINTS: dict[str, dict[str, Any]] = {
     "LEMMA-TAILS@vllm-0.33.0": {**ACCUMULATED, SEED: (1, 0)},
     "LEMMA-TAILS@vllm-0.33.0-lookahead": ACCUMULATED,  # 6.2 → 2.2 s
     "I-20": ACCUMULATED,  # 1.9 → 1.35 s
+    # 37 → 12 s (31 s accumulated alone; 17.7 → 5.2 s with lookahead)
+    f"LEMMA-TAILS@vllm-0.33.0{ANY_SCHEDULE}": {**ACCUMULATED, SEED: (2, 0)},
+    f"LEMMA-TAILS@vllm-0.33.0-lookahead{ANY_SCHEDULE}": {**ACCUMULATED, SEED: (2, 0)},
+    f"LEMMA-HIT-SHAPE@vllm-0.33.0{ANY_SCHEDULE}": {SEED: (2, 0)},  # seed 0: 13-29 s (32M units); seed 2: 14 s (6.1M)
+    # unknown at the 150 s backstop (54M units) → 0.8 s; with lookahead 5.0 → 0.3 s
+    f"LEMMA-RETRY@vllm-0.33.0{ANY_SCHEDULE}": PLAIN, f"LEMMA-RETRY@vllm-0.33.0-lookahead{ANY_SCHEDULE}": PLAIN,
     "LEMMA-RETRY": PLAIN, "LEMMA-RETRY@vllm-0.33.0": PLAIN,  # 1.1, 8.3 → 0.1, 0.3 s
     "LEMMA-RETRY@vllm-0.33.0-lookahead": PLAIN,  # 2.0 → 0.1 s
     "I-22": PLAIN, "I-22@vllm-0.33.0": PLAIN, "I-22@vllm-0.33.0-lookahead": PLAIN,  # 2.6, 2.8, 3.2 → 0.3-0.7 s

@@ -56,6 +56,10 @@ class Z3InContext:
     def If(self, c: Any, x: Any, y: Any) -> Any:
         return self._z3.If(c, x, y, self.ctx)
 
+    def Predicate(self, name: str) -> Any:
+        """Return an uninterpreted predicate over one integer."""
+        return self._z3.Function(name, self._z3.IntSort(self.ctx), self._z3.BoolSort(self.ctx))
+
     def Solver(self) -> Any:
         return self._z3.Solver(ctx=self.ctx)
 
@@ -286,6 +290,16 @@ class Z3Ops:
     def divides(self, d: Any, x: Any) -> Any:
         """Return whether d (>= 1) divides x."""
         return self._quot_rem(x, d)[1] == 0
+
+    def pick_below(self, name: str, hi: Any, pred: Callable[[Any], Any], at_least: tuple[Any, ...] = ()) -> Any:
+        """Return a fresh variable defined as some t in [1, hi] with pred(t), or 0, and no smaller than any w of
+        at_least in [1, hi] with pred(w): the ints backend's largest such t is one choice, so what is proved of every
+        choice holds of it (the definition is satisfiable, by the largest: a definitional extension)."""
+        self._fresh += 1
+        z3, v = self.z3, self.z3.Int(f"{name}_{self._fresh}")
+        floor = [z3.Implies(z3.And(w >= 1, w <= hi, pred(w)), v >= w) for w in at_least]
+        self._define((v,), z3.And(z3.Or(v == 0, z3.And(v >= 1, v <= hi, pred(v))), *floor))
+        return v
 
     def let(self, name: str, value: Any) -> Any:
         """Return a fresh variable defined equal to value (a definition, see ``compute_cone``)."""

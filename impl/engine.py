@@ -190,10 +190,19 @@ class RankEngine:
                 kv.tensors[i][kv.cow_block(i)] = states[-1]
 
     # ---------------------------------------------------------------- store
-    def plan_objects(self, n_prompt: int) -> list[Obj]:
-        """Return the objects this request stores under the engine's store rule (only boundaries it can key)."""
+    def plan_objects(self, n_prompt: int, chunk_ends: Sequence[int] | None = None) -> list[Obj]:
+        """Return the objects this request stores under the engine's store rule (only boundaries it can key).
+
+        `chunk_ends`: where the scheduler ended this request's prefill steps (vLLM's rule: a Mamba state is written
+        only where a step ends); None: a step ended at every Mamba block end and at the checkpoint."""
         named = max(n_prompt - self.lookahead, 0) // self.g.unit * self.g.unit
-        return [o for o in STORE_RULES[self.store_rule](self, n_prompt) if o[1] <= named]
+        objs = [o for o in STORE_RULES[self.store_rule](self, n_prompt) if o[1] <= named]
+        if chunk_ends is None:
+            return objs
+        if self.store_rule != STORE_VLLM:
+            raise ValueError(f"the {self.store_rule} store rule assumes a step ended at every Mamba block end")
+        ended = set(chunk_ends)
+        return [(i, t) for i, t in objs if self.g.groups[i].kind == "attention" or t in ended]
 
     def _objects_vllm(self, n_prompt: int) -> list[Obj]:
         """Return the objects of one prompt as vLLM 0.33.0's connector stores them (this implementation's reading).
@@ -269,10 +278,12 @@ class RankEngine:
         """Return the block the store client puts an object from (its host mirror when staging)."""
         return kv.io_block(group, self.object_block(kv, group, boundary))
 
-    def store_request(self, tokens: Sequence[int], chain: Sequence[bytes], kv: RequestKV) -> StoreReport:
-        """Put this rank's shard of every object of the request, zero-copy, skipping keys that exist."""
+    def store_request(self, tokens: Sequence[int], chain: Sequence[bytes], kv: RequestKV,
+                      chunk_ends: Sequence[int] | None = None) -> StoreReport:
+        """Put this rank's shard of every object of the request, zero-copy, skipping keys that exist (`chunk_ends`:
+        see plan_objects)."""
         assert self.store is not None
-        objs = self.plan_objects(len(tokens))
+        objs = self.plan_objects(len(tokens), chunk_ends)
         keys, ptrs, sizes = [], [], []
         for i, t in objs:
             blk = self.object_buffer(kv, i, t)

@@ -84,6 +84,12 @@ class IntOps:
         return x % d == 0
 
     @staticmethod
+    def pick_below(name: str, hi: int, pred: Callable[[int], bool], at_least: tuple[int, ...] = ()) -> int:
+        """Return the largest t in [1, hi] with pred(t), else 0 (Z3Ops: some such t, or 0, and >= each w of at_least
+        in [1, hi] with pred(w))."""
+        return next((t for t in range(hi, 0, -1) if pred(t)), 0)
+
+    @staticmethod
     def let(name: str, value: Any) -> Any:
         """Return value (Z3Ops names it with a fresh variable)."""
         return value

@@ -57,3 +57,38 @@ def test_failure_link_per_rule_set():
     cf, _, _ = compute_closed_form(IntOps, x, "vllm-0.33.0")
     assert cf.hit > 0 and cf.replay == 2  # R = 2 is not a state vLLM keeps here: the Mamba block failing leaves 0
     assert compute_closed_safe(IntOps, x, cf, -1, 0)[0] == 0
+
+
+def test_link_over_the_states_a_schedule_left():
+    """The closed form over Mamba states (what the any-schedule theorems quantify over) equals the spec under a chunk
+    schedule, on the issue's case (P = 26000 under a 32768 budget, dense retention, a request sharing 20000: the states
+    at 23040 and 25856 only, hit 0 against the block schedule's 10752) and on a slice of the link scope; the same
+    closed form handed the block schedule's states disagrees with the spec under the budget (the link can fail)."""
+    import attrs
+
+    from kvspec.checks.closed_form import StateSet, compute_closed_form
+    from kvspec.checks.link import (
+        LINK_SCOPE_SCHEDULES,
+        build_scenario,
+        compare_outcome,
+        compare_schedule,
+        compute_stored_states,
+    )
+    from kvspec.spec.ops import IntOps
+    from kvspec.spec.scenario import evaluate_scenario
+    from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule
+    rule, budget = "vllm-0.33.0", Schedule(budget=32768)
+    x = Params(u=128, q=12, d=8, e=1, dense=1, p=26000, n=26000, s_shared=20000)
+    assert compare_schedule(x, budget, rule=rule) is None and compare_schedule(x, BLOCK_SCHEDULE, rule=rule) is None
+    sc = build_scenario(x, rule=rule)
+    assert {128 * t for t in compute_stored_states(x, sc, budget)} == {23040, 25856}  # C = 25856 (EAGLE)
+    assert compute_closed_form(IntOps, x, rule)[0].hit * 128 == 10752
+    assert compute_closed_form(IntOps, attrs.evolve(x, states=StateSet(compute_stored_states(x, sc, budget))),
+                               rule)[0].hit == 0
+    block = attrs.evolve(x, states=StateSet(compute_stored_states(x, sc, BLOCK_SCHEDULE)))
+    under_budget = attrs.evolve(sc, schedule=budget)
+    assert compare_outcome(block, False, compute_closed_form(IntOps, block, rule)[0], under_budget,
+                           evaluate_scenario(under_budget)) is not None
+    for r in ("vllm-0.33.0", "vllm-0.33.0-lookahead"):
+        assert all(compare_schedule(x, s, rule=r) is None for k, x in enumerate(LINK_SCOPE_SCHEDULES.iterate())
+                   if k % 53 == 0 for s in LINK_SCOPE_SCHEDULES.schedules)

@@ -350,3 +350,30 @@ def test_every_proof_hint_names_a_theorem_and_changes_only_how_it_is_posed():
     assert set(HINTS) <= names, set(HINTS) - names
     allowed = {"seeds", "attempts", "split", "accumulate", "product_lemmas", "div_vars"}
     assert {k for h in HINTS.values() for k in h} <= allowed
+
+
+def test_any_schedule_theorems_cover_the_safety_rows_and_fail_for_a_schedule_dependent_claim():
+    """Every safety row of the chain is posed again for every chunk schedule (the stored Mamba states an uninterpreted
+    predicate) under each vLLM closed form; F-MAX, which needs the finder's maximality, is not. The predicate is free:
+    "the hit is the block schedule's" is refuted over it, while a safety row is proved."""
+    import attrs
+
+    from kvspec.checks.closed_form import VLLM_RULES
+    from kvspec.checks.prove import ANY_SCHEDULE, NEEDS_BLOCK_SCHEDULE, _params
+    names = {t.name: t for t in compute_theorems()}
+    for rule in VLLM_RULES:
+        want = {f"{s}@{rule}{ANY_SCHEDULE}" for s in (*STEPS, "I-20", "I-19", "I-20/draft", "LEMMA-RETRY", "F-1/z3",
+                                                       "F-7/z3", "MAX-TAIL/z3", "RESEND/z3")}
+        assert want <= set(names)
+        assert all(f"{i}/z3@{rule}{ANY_SCHEDULE}" not in names for i in NEEDS_BLOCK_SCHEDULE)
+        assert all(f"@{rule}{ANY_SCHEDULE}" in p for p in names[f"I-20@{rule}{ANY_SCHEDULE}"].rests_on.split("; ")[:3])
+    assert prove(names[f"I-14@vllm-0.33.0{ANY_SCHEDULE}"]).answer == "proved"
+
+    def build(ops: Z3Ops) -> Query:
+        x, v = _params(ops, (None, None, None), schedule=True)
+        any_schedule = compute_closed_form(ops, x, "vllm-0.33.0")[0]
+        block = compute_closed_form(ops, attrs.evolve(x, states=None), "vllm-0.33.0")[0]
+        return Query(pre=pre_params(ops, x), claim=any_schedule.hit == block.hit, variables=v)
+
+    v = prove(Theorem(name="hit-needs-block-schedule", statement="", build=build, div_vars=True))
+    assert v.answer == "refuted" and v.model is not None

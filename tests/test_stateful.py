@@ -20,6 +20,7 @@ from kvspec.spec.keys import compute_lookahead_chain
 from kvspec.spec.lookup import compute_lookup
 from kvspec.spec.model import ModelStore, apply_evict, apply_put, compute_present_in_chain
 from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
+from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule
 from kvspec.spec.store import compute_rule_store
 
 from .support.fakes import FakeMooncake
@@ -57,16 +58,24 @@ class SpecVsImpl(RuleBasedStateMachine):
     def _key(self, h: bytes, g: int, r: int) -> str:
         return self.keys[(h, g, r)]
 
-    @rule(p=prompts)
-    def store(self, p):
+    @rule(p=prompts, data=st.data())
+    def store(self, p, data):
         toks = tokens_of(*p)
         chain = compute_lookahead_chain(toks, self.g.unit, self.lam)
+        # under a vLLM store rule the prefill's steps end where a drawn schedule ends them (any chunk ends: budgets,
+        # preemption, concurrency), so only some Mamba states exist; the spec reads them as a trace
+        ends, schedule = None, BLOCK_SCHEDULE
+        if self.rules != "pr53324" and len(toks) > 1 and data.draw(st.booleans(), label="chunked"):
+            ends = (*sorted(data.draw(st.sets(st.integers(1, len(toks) - 1), max_size=6), label="chunk ends")),
+                    len(toks))
+            schedule = Schedule(ends=ends)
+            self.steps["scheduled stores"] += 1
         for eng in self.engines:
             kv = RequestKV(self.g, len(toks), eng.width, CPU)
             eng.prefill(toks, kv)
-            eng.store_request(toks, chain, kv)
+            eng.store_request(toks, chain, kv, ends)
         shards = []
-        for gid, t in compute_rule_store(get_rules(self.rules), self.g, len(toks)):
+        for gid, t in compute_rule_store(get_rules(self.rules), self.g, len(toks), schedule):
             for eng in self.engines:
                 h = chain[t // self.g.unit - 1]
                 self.keys[(h, gid, eng.rank)] = eng.key(gid, t, chain)
@@ -169,6 +178,7 @@ def test_stateful_report():
         assert TOTALS["lookup"] > 0 and TOTALS["bytes"] > 0
     if TOTALS["runs"] >= 20:  # the default rule sets meet the implementation, not only the PR's
         assert sum(TOTALS[f"runs under {r}"] > 0 for r in ("pr53324", "vllm-0.33.0", "vllm-0.34.0")) >= 2
+        assert TOTALS["scheduled stores"] > 0  # and the schedule: some stores left Mamba states only at chunk ends
 
 
 class SpecVsImplRealStore(SpecVsImpl):
