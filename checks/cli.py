@@ -661,6 +661,24 @@ def build_parser() -> argparse.ArgumentParser:
     vec.add_argument("--force", action="store_true", help="replace DIR when it already holds a vectors tree")
     vec.add_argument("--check", action="store_true",
                      help="regenerate elsewhere and compare with DIR instead: exit 1 on any difference")
+    m = sub.add_parser("model", help="one scenario on the tiny real model: D rank processes with real DCP attention "
+                                     "on a real mooncake_master (needs torch and mooncake)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Store a request computed by the tiny hybrid model (Mamba2-style layers, MLA-style "
+                                   "attention across the DCP ranks, an EAGLE draft layer with a drafter), look up and "
+                                   "load a second one, compute it from the hit and decode; run it cold too. Prints the "
+                                   "hit (and kvspec explain's), what each rank loaded, cold and warm tokens, bitwise "
+                                   "equal or the first differing position, draft acceptance, and the time split.",
+                       epilog="example:\n  kvspec model --unit 4 --group attention:8:eagle --group mamba:8 --dcp 2 "
+                              "--stored-prompt 80 --shared 61 --prompt 90 --rules vllm-0.34.0\n"
+                              "exit status: 0 warm == cold bitwise; 1 they differ; 2 bad input")
+    _add_geometry_args(m)
+    m.add_argument("--stored-prompt", type=int, required=True, metavar="P", help="the stored request's tokens")
+    m.add_argument("--shared", type=int, metavar="S", help="tokens it shares with the lookup (default min(P, N))")
+    m.add_argument("--prompt", type=int, required=True, metavar="N", help="the looked-up request's tokens")
+    m.add_argument("--rules", choices=list(RULE_SETS), metavar="NAME", default=DEFAULT_RULES,
+                   help=f"rule set: {', '.join(RULE_SETS)} (default {DEFAULT_RULES})")
+    m.add_argument("--json", action="store_true", help="print the report as JSON")
     b = sub.add_parser("bench", help="lookup-probe and transfer benchmarks (needs torch and mooncake)")
     b.add_argument("--json", action="store_true", help="print the results as one JSON object (default: a summary)")
     b.add_argument("--quick", action="store_true", help="smaller sweeps (about a minute)")
@@ -681,7 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _JSON_ERRORS[0] = "--json" in argv  # known before parsing, so a usage error is JSON too
     parser = build_parser()
     if not argv:
-        _die("cli-usage", "give a command: explain, verify, conform, keys, vectors or bench (kvspec --help; "
+        _die("cli-usage", "give a command: explain, verify, conform, keys, vectors, model or bench (kvspec --help; "
                           "kvspec COMMAND --help)", usage=parser.format_usage())
     args = parser.parse_args(argv)
     try:
@@ -691,6 +709,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _conform(args)
         if args.cmd == "keys":
             return _keys(args)
+        if args.cmd == "model":
+            _need("torch", "impl", "kvspec model")
+            _need("mooncake.store", "mooncake-cpu", "kvspec model")
+            from kvspec.checks.model_cmd import run_model_command
+            shared = args.shared if args.shared is not None else min(args.stored_prompt, args.prompt)
+            return run_model_command(_geometry(args), args.rules, args.stored_prompt, shared, args.prompt, args.json)
         if args.cmd == "vectors":
             if args.check:
                 _refuse_flags(args, "vectors --check (it writes nothing)", ("force",))

@@ -4,6 +4,7 @@
 # Uses the image's Python 3.12 and CUDA torch; installs only the carried non-CUDA Mooncake wheel (no
 # registry there). Runs the live differential tests on CUDA tensors (NCCL when there is a GPU per rank,
 # otherwise gloo with D processes sharing one GPU; KV staged through pinned host buffers) and the
+# tiny real model's end-to-end test (tests/test_model.py: real DCP attention over NCCL or gloo), the
 # transfer bench, and prints the same totals as the CPU run. Output also goes to $OUT/gpu-check.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,9 @@ $PY -c "import torch, mooncake.store; print('torch', torch.__version__, 'cuda', 
 step "live differential tests on CUDA tensors"
 timeout 330 $PY -m pytest -q -s -p no:cacheprovider --timeout=300 -m "live and not slow" \
   tests/test_live.py tests/test_faults.py --junitxml="$OUTDIR/gpu-live.xml" || status=$?
+step "the tiny real model end to end on CUDA (warm == cold bitwise, mutants, the draft-KV hazard)"
+timeout 240 $PY -m pytest -q -s -p no:cacheprovider --timeout=230 tests/test_model.py \
+  --junitxml="$OUTDIR/gpu-model.xml" || status=$?
 step "transfer bench"
 timeout 120 $PY -m kvspec.checks bench --json --quick --transfer-only > "$OUTDIR/gpu-bench.json" || status=$?
 cat "$OUTDIR/gpu-bench.json"

@@ -64,11 +64,12 @@ class ModelRunner:
 
     def _write_latents(self, group: int, col: int, lo: int, latents: torch.Tensor, kv: RequestKV) -> None:
         pos, blk, slot = self._owned(group, lo, lo + latents.shape[0])
-        kv.tensors[group][blk, slot, col:col + LATENT] = latents[pos - lo]
+        dev = self.eng.device
+        kv.tensors[group][blk.to(dev), slot.to(dev), col:col + LATENT] = latents[(pos - lo).to(dev)]
 
     def _shard(self, group: int, col: int, lo: int, kv: RequestKV) -> torch.Tensor:
         pos, blk, slot = self._owned(group, 0, lo)
-        return kv.tensors[group][blk, slot, col:col + LATENT]
+        return kv.tensors[group][blk.to(self.eng.device), slot.to(self.eng.device), col:col + LATENT]
 
     def _write_states(self, layer: int, lo: int, states: torch.Tensor, keep: int, kv: RequestKV) -> None:
         """Put the states after tokens lo+1 .. lo+n where the store rule keys them: block ends, and `keep`."""
@@ -81,6 +82,20 @@ class ModelRunner:
             elif t == keep:
                 kv.tensors[gi][kv.cow_block(gi)] = states[k]
 
+    def differing_rows(self, warm: RequestKV, cold: RequestKV, start: int) -> dict[str, list[int]]:
+        """Return, per layer ('target', 'draft'), this rank's positions below `start` whose loaded latent differs
+        (bitwise) from the one a cold run computed."""
+        out: dict[str, list[int]] = {}
+        layers = [("target", self.target, 0)] + ([("draft", self.draft, LATENT)] if self.draft is not None else [])
+        for name, group, col in layers:
+            pos, blk, slot = self._owned(group, 0, start)
+            at = (blk.to(self.eng.device), slot.to(self.eng.device))
+            a = warm.tensors[group][at[0], at[1], col:col + LATENT].contiguous()
+            b = cold.tensors[group][at[0], at[1], col:col + LATENT].contiguous()
+            bad = (a.view(torch.int32) != b.view(torch.int32)).any(dim=1).cpu()
+            out[name] = [int(p) for p in pos[bad].tolist()]
+        return out
+
     def loaded_state(self, kv: RequestKV, layer: int, hit: int) -> torch.Tensor:
         """Return a Mamba layer's state at the hit from a loaded cache (the block the load put it in)."""
         gi = self.mambas[layer]
@@ -91,7 +106,7 @@ class ModelRunner:
     def _target(self, tokens: Sequence[int], lo: int, hi: int, states: list[torch.Tensor], kv: RequestKV,
                 keep: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """Run the target on tokens[lo:hi]; return (hidden [n, d], logits, each layer's states per token)."""
-        h = self.model.embed[torch.tensor(list(tokens[lo:hi]), dtype=torch.long)]
+        h = self.model.embed[torch.tensor(list(tokens[lo:hi]), dtype=torch.long, device=self.eng.device)]
         per_token = []
         for layer in range(len(self.mambas)):
             h, st = self.model.mamba_chunk(layer, h, states[layer])
@@ -133,7 +148,7 @@ class ModelRunner:
                     self._draft(lo, tokens[lo + 1:hi + 1], h, kv)
                 else:
                     pending = (lo, h)
-        prefill = torch.cat(logits) if logits else torch.zeros(0, self.model.lm_head.shape[1])
+        prefill = torch.cat(logits) if logits else torch.zeros(0, self.model.lm_head.shape[1], device=self.eng.device)
         last = prefill[-1]
         seq, out, verified = list(tokens), list[int](), list[torch.Tensor]()
         proposed = accepted = 0
@@ -173,7 +188,7 @@ class ModelRunner:
             else:
                 states, last, pending = [s[0] for s in st], lg[0], (pos, h[:1])
                 verified.append(lg[0])
-        dec = torch.stack(verified) if verified else torch.zeros(0, self.model.lm_head.shape[1])
+        dec = torch.stack(verified) if verified else torch.zeros(0, self.model.lm_head.shape[1], device=self.eng.device)
         return RunResult(start=start, prefill_logits=prefill, decode_logits=dec, tokens=tuple(out[:decode]),
                          proposed=proposed, accepted=accepted, seconds=time.perf_counter() - t0)
 

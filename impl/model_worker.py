@@ -127,7 +127,8 @@ def run_scenario(proc: RankProcess, job: Job, model: TinyHybrid, sc: ScenarioJob
         t_load += time.perf_counter() - t0
         bits = torch.tensor([1 if rc >= 0 else 0 for rc in ld.results], dtype=torch.int32)
         proc.all_reduce_min(bits)
-        attempts.append({"hit": look.hit, "failed": [k for k, rc in zip(ld.keys, ld.results) if rc < 0]})
+        attempts.append({"hit": look.hit, "failed": [k for k, rc in zip(ld.keys, ld.results) if rc < 0],
+                         "keys": len(ld.keys), "bytes": ld.bytes})
         if bool(bits.all()):
             start = look.hit
             states, mutated = _mutate(runner, eng, chain, start, kv,
@@ -142,12 +143,14 @@ def run_scenario(proc: RankProcess, job: Job, model: TinyHybrid, sc: ScenarioJob
         kv = runner.new_cache(len(base) + extra)
         states = [model.initial_state() for _ in runner.mambas]
     warm: RunResult = runner.run(base, kv, DECODE, start=start, states=states)
-    cold: RunResult = runner.run(base, runner.new_cache(len(base) + extra), DECODE)
-    pre = first_difference(cold.prefill_logits[start:], warm.prefill_logits)
-    dec = first_difference(cold.decode_logits, warm.decode_logits)
+    cold_kv = runner.new_cache(len(base) + extra)
+    cold: RunResult = runner.run(base, cold_kv, DECODE)
+    differ = runner.differing_rows(kv, cold_kv, start)
+    pre = first_difference(cold.prefill_logits[start:].cpu(), warm.prefill_logits.cpu())
+    dec = first_difference(cold.decode_logits.cpu(), warm.decode_logits.cpu())
     return {"hit": hit, "start": start, "tails": [list(t) for t in look.tails], "attempts": attempts,
-            "stored_puts": stores, "evicted_rc": evicted, "mutated": mutated,
-            "cold_last_logits": cold.prefill_logits[-1].tolist(),
+            "stored_puts": stores, "evicted_rc": evicted, "mutated": mutated, "rows_differ": differ,
+            "cold_last_logits": cold.prefill_logits[-1].cpu().tolist(),
             "equal": pre is None and dec is None and warm.tokens == cold.tokens,
             "first_prefill_difference": None if pre is None else start + pre, "first_decode_difference": dec,
             "warm_tokens": list(warm.tokens), "cold_tokens": list(cold.tokens),
@@ -162,7 +165,7 @@ def main(argv: list[str]) -> int:
     rank, out_path = int(argv[2]), argv[3]
     proc = RankProcess(rank, job.master, job.segment_bytes)
     mambas = sum(g.kind == "mamba" for g in job.geometry.groups)
-    model = TinyHybrid(mamba_layers=mambas)
+    model = TinyHybrid(mamba_layers=mambas).to(proc.device)
     results = []
     try:
         for sc in job.scenarios:

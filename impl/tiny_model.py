@@ -93,10 +93,10 @@ def attend_partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Return (o, lse) of queries q [n, H, hd] over keys/values [m, H, hd] (causal: query i sees keys 0..i)."""
     n = q.shape[0]
     if k.shape[0] == 0:
-        return torch.zeros_like(q), torch.full((n, HEADS), NEG_INF)
+        return torch.zeros_like(q), torch.full((n, HEADS), NEG_INF, device=q.device)
     s = torch.einsum("nhd,mhd->hnm", q, k) / math.sqrt(HEAD_DIM)
     if causal:
-        s = s.masked_fill(torch.ones(n, k.shape[0], dtype=torch.bool).triu(1), NEG_INF)
+        s = s.masked_fill(torch.ones(n, k.shape[0], dtype=torch.bool, device=q.device).triu(1), NEG_INF)
     lse = torch.logsumexp(s, dim=-1)  # [H, n]
     o = torch.einsum("hnm,mhd->nhd", torch.exp(s - lse.unsqueeze(-1)), v)
     return o, lse.transpose(0, 1)
@@ -120,10 +120,18 @@ class TinyHybrid:
         self.w_fc = torch.cat([torch.eye(D_MODEL), 0.3 * _weights(gen, D_MODEL, D_MODEL)])
         self.draft = _attention_weights(gen)
 
-    @staticmethod
-    def initial_state() -> torch.Tensor:
+    def to(self, device: torch.device) -> TinyHybrid:
+        """Return the model with every weight on `device` (in place)."""
+        self.embed, self.lm_head, self.w_fc = (t.to(device) for t in (self.embed, self.lm_head, self.w_fc))
+        layers: list[MambaWeights | AttentionWeights] = [*self.mamba, self.attention, self.draft]
+        for w in layers:
+            for name in attrs.fields_dict(type(w)):
+                setattr(w, name, getattr(w, name).to(device))
+        return self
+
+    def initial_state(self) -> torch.Tensor:
         """Return the Mamba state before any token."""
-        return torch.zeros(STATE_WIDTH)
+        return torch.zeros(STATE_WIDTH, device=self.embed.device)
 
     def mamba_chunk(self, layer: int, h: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Return (h + the layer's output [n, d], the state after each token [n, STATE_WIDTH]) from `state`."""
@@ -175,4 +183,5 @@ class TinyHybrid:
 
     def draft_input(self, next_tokens: Sequence[int], h: torch.Tensor) -> torch.Tensor:
         """Return the EAGLE draft layer's input [E(token_{p+1}); h_p]·W_fc [n, d]."""
-        return torch.cat([self.embed[torch.tensor(list(next_tokens), dtype=torch.long)], h], dim=1) @ self.w_fc
+        ids = torch.tensor(list(next_tokens), dtype=torch.long, device=h.device)
+        return torch.cat([self.embed[ids], h], dim=1) @ self.w_fc

@@ -118,3 +118,54 @@ def test_a_wrong_load_changes_the_logits(master, tmp_path, mutant):
     assert mutated
     for r in mutated:
         assert not r["equal"] and r["first_prefill_difference"] == r["start"]
+
+
+def test_draft_kv_hazard_end_to_end(master, tmp_path):
+    """The draft-KV hazard on the real model (spec/README.md): a first writer's prompt ends at P1 (its draft row at
+    P1 − 1 saw its sampled token), a second writer extends it, the reader's hit passes P1. Under the legacy hashes
+    (vllm-0.33.0, pr53324) the loaded draft row at P1 − 1 differs from what the reader computes, in every scenario;
+    the target's tokens never change (speculation is verified), but the draft proposes differently, so the decode
+    is not bitwise the cold run's in some scenarios (the verify chunks differ) and acceptance moves. Under
+    vllm-0.34.0's lookahead keys nothing differs."""
+    g = Geometry(unit=1, groups=(Group(kind="attention", block_size=1, eagle=True), Group(kind="mamba", block_size=1)),
+                 parallel=Parallel(dcp=1), retention="dense")
+    rules = ("vllm-0.33.0", "pr53324", "vllm-0.34.0")
+    scs = [Scenario(geometry=g, prompt=p2 + 4, stored=(StoredRequest(prompt=p1, shared=p1),
+                                                       StoredRequest(prompt=p2, shared=p2)), rules=r)
+           for r in rules for p1 in range(2, 12) for p2 in (p1 + 2, p1 + 6)]
+    out = run_model(master, scs, tmp_path, "hazard")
+    table = {r: {"scenarios": 0, "draft_rows_differ": 0, "tokens_differ": 0, "not_bitwise": 0, "warm_accepted": 0,
+                 "cold_accepted": 0, "warm_proposed": 0, "cold_proposed": 0} for r in rules}
+    for sc, res in zip(scs, out):
+        t = table[sc.rules]
+        t["scenarios"] += 1
+        t["draft_rows_differ"] += res["rows_differ"]["draft"] == [sc.stored[0].prompt - 1]
+        assert res["rows_differ"]["draft"] in ([], [sc.stored[0].prompt - 1]) and res["rows_differ"]["target"] == []
+        t["tokens_differ"] += res["warm_tokens"] != res["cold_tokens"]
+        t["not_bitwise"] += not res["equal"]
+        for k, w in (("warm", "warm_acceptance"), ("cold", "cold_acceptance")):
+            t[f"{k}_accepted"] += res[w][0]
+            t[f"{k}_proposed"] += res[w][1]
+    print(f"draft-KV hazard on the tiny model: {table}")
+    for r in ("vllm-0.33.0", "pr53324"):
+        assert table[r]["draft_rows_differ"] == table[r]["scenarios"] and table[r]["tokens_differ"] == 0
+    assert table["vllm-0.33.0"]["not_bitwise"] > 0
+    fixed = table["vllm-0.34.0"]
+    assert fixed["draft_rows_differ"] == fixed["tokens_differ"] == fixed["not_bitwise"] == 0
+    assert (fixed["warm_accepted"], fixed["warm_proposed"]) == (fixed["cold_accepted"], fixed["cold_proposed"])
+
+
+def test_model_command(capsys):
+    """`kvspec model` runs one scenario and prints the hit beside explain's, the loads per rank, cold and warm
+    tokens and the verdict (exit 0 when bitwise equal); a prompt past the model's limit is refused (exit 2)."""
+    from kvspec.checks.cli import main
+    argv = ["model", "--unit", "4", "--group", "attention:8:eagle", "--group", "mamba:8", "--dcp", "2",
+            "--retention", "dense", "--stored-prompt", "80", "--shared", "61", "--prompt", "90", "--rules",
+            "vllm-0.34.0"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "hit 48 (kvspec explain: 48, equal); computed from 48" in out
+    assert "rank 1: loaded 4 key(s)" in out and "warm == cold: bitwise equal" in out and "draft acceptance" in out
+    with pytest.raises(SystemExit) as exc:
+        main(["model", "--preset", "kimi-k3-dcp8", "--stored-prompt", "15000", "--prompt", "15000"])
+    assert exc.value.code == 2 and "limit-model" in capsys.readouterr().err
