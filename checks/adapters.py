@@ -35,7 +35,7 @@ import attrs
 
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry
-from kvspec.spec.rules import STORE_PR53324, TAIL_HIT, compute_lookahead, get_rules
+from kvspec.spec.rules import STORE_PR53324, STORE_VLLM_0_33, TAIL_HIT, compute_lookahead, get_rules
 
 Obj = tuple[int, int]  # (group id, boundary t): the object keyed H_t of that group
 
@@ -58,7 +58,11 @@ class EngineAdapter(Protocol):
 def compute_impl_store_rule(rules: str) -> str:
     """Return the implementation's store rule (impl/engine.py STORE_RULES) for a rule set: read from its store-rule
     field, never its name (impl/ knows no rule set)."""
-    return "pr53324" if get_rules(rules).store == STORE_PR53324 else "vllm-0.33.0"
+    store = get_rules(rules).store
+    if store not in (STORE_PR53324, STORE_VLLM_0_33):
+        raise SpecError("impl-rules", f"the implementation (impl/) has no store rule for rule set {rules} "
+                                      f"(store rule {store}): only pr53324's and vLLM's")
+    return "pr53324" if store == STORE_PR53324 else "vllm-0.33.0"
 
 
 @attrs.frozen

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import attrs
 
+from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
-from kvspec.spec.rules import compute_lookahead, get_rules
+from kvspec.spec.rules import check_config, compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest
 from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
@@ -64,6 +65,10 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
 
 def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, rules: str,
                        schedule: Schedule) -> Iterator[Scenario]:
+    try:  # a geometry the rule set's engine refuses has no scenario under it (SGLang: whole pages, DCP limits)
+        check_config(get_rules(rules), geometry)
+    except SpecError:
+        return
     lens = compute_lengths(geometry, limit_units)
     u = geometry.unit
     for p in lens:
@@ -150,6 +155,7 @@ SCOPE_SMALL = Scope(name="small")  # EXHAUSTIVE: the registry under the PR's rul
 SCOPE_SMALL_VLLM = Scope(name="small-vllm", rules="vllm-0.33.0")  # the same under vLLM 0.33.0's rules
 SCOPE_SMALL_LOOKAHEAD = Scope(name="small-lookahead", rules="vllm-0.33.0-lookahead")  # and with hash lookahead
 SCOPE_SMALL_0_34 = Scope(name="small-0.34", rules="vllm-0.34.0")  # and under vLLM 0.34.0 (λ with a drafter only)
+SCOPE_SMALL_SGLANG = Scope(name="small-sglang", rules="sglang-0.5.23")  # its geometries SGLang runs
 # the registry when the stored prefill ran under a chunk budget (spec/schedule.py): budgets from one token to a few
 # scheduler blocks, prefill checkpoint blocks on two of them (the block schedule is SCOPE_SMALL_VLLM's)
 SCHEDULES = (*(Schedule(budget=b) for b in (1, 2, 3, 8, 24)),

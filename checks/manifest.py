@@ -26,6 +26,7 @@ from .exhaustive import (
     SCOPE_SMALL,
     SCOPE_SMALL_0_34,
     SCOPE_SMALL_LOOKAHEAD,
+    SCOPE_SMALL_SGLANG,
     SCOPE_SMALL_VLLM,
     Scope,
 )
@@ -555,6 +556,9 @@ EFFICIENCY: tuple[tuple[str, str, str, int], ...] = (  # (property, rule set, ex
     ("CONTENT", "vllm-0.33.0-lookahead", "holds", 7), ("BEST", "vllm-0.33.0-lookahead", "holds", 11),
     ("RESEND", "vllm-0.33.0-lookahead", "holds", 3), ("MONO-EVICT", "vllm-0.33.0-lookahead", "holds", 7),
     ("SPLIT", "vllm-0.34.0", "holds", 3),
+    # SGLang (issue 32): the draft-KV hazard of Mamba hybrids with EAGLE (plain page keys), closed by bigram keys; every
+    # geometry of the scope SGLang runs (its configuration refuses the rest)
+    ("CONTENT", "sglang-0.5.23", "refuted", 1), ("CONTENT", "sglang-0.5.23-bigram", "holds", 1),
 )
 
 
@@ -566,7 +570,8 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     from .prove import compute_theorems
     out: list[Check] = [TheoremCheck(id=t.name) for t in compute_theorems() if full or not t.full_only]
     exhaustive: tuple[tuple[str, Scope], ...] = (("EXHAUSTIVE", SCOPE_SMALL), ("EXHAUSTIVE/vllm-0.33.0", SCOPE_SMALL_VLLM),
-                                                 ("EXHAUSTIVE/vllm-0.34.0", SCOPE_SMALL_0_34))
+                                                 ("EXHAUSTIVE/vllm-0.34.0", SCOPE_SMALL_0_34),
+                                                 ("EXHAUSTIVE/sglang-0.5.23", SCOPE_SMALL_SGLANG))
     if full:  # the registry over the whole scope under the lookahead rule set too (its Z3 chain is in make verify)
         exhaustive += (("EXHAUSTIVE/vllm-0.33.0-lookahead", SCOPE_SMALL_LOOKAHEAD),)
     out += [ExhaustiveCheck(rows=exhaustive),

@@ -2,8 +2,9 @@
 
 Like a consensus spec's forks: ``legacy`` (the loader before vLLM PR #53324), ``pr53324`` (the
 PR's rules and its worked table), ``vllm-0.33.0`` (what that release's connector does),
-``vllm-0.33.0-lookahead`` (kvspec's proposal: lookahead hashes everywhere) and ``vllm-0.34.0`` (the
-release that shipped lookahead hashes where an EAGLE-family drafter needs them; the default).
+``vllm-0.33.0-lookahead`` (kvspec's proposal: lookahead hashes everywhere), ``vllm-0.34.0`` (the
+release that shipped lookahead hashes where an EAGLE-family drafter needs them; the default) and
+``sglang-0.5.23`` (a second engine: SGLang's HiCache L3 on Mooncake, whole-page hits).
 A rule set is one frozen value; the stages that differ between rule sets dispatch on its fields
 (store rule, tail key, configuration refusals, hash lookahead), nothing else.
 """
@@ -23,15 +24,24 @@ RULE_VLLM_UNIT = "vllm-prefix-match-unit"
 
 STORE_PR53324 = "pr53324"  # T = ⌊P/u⌋·u − e·u; tail only when T is off some Mamba block; replay keeps R
 STORE_VLLM_0_33 = "vllm-0.33.0"  # checkpoint C, attention published to C + proof margin, replay boundaries
+STORE_SGLANG = "sglang-0.5.23"  # whole pages only; one Mamba state per request, at its last grid point
 
 TAIL_STORED = "stored"  # the tail block's key is the boundary it was stored at (B_g)
 TAIL_HIT = "hit"  # the tail block's key is H_h (the bug #53324 fixed)
 
 LOOKAHEAD_ALWAYS = "always"  # λ applies to every geometry (kvspec's proposal set)
 LOOKAHEAD_DRAFTER = "drafter"  # λ applies only where an EAGLE-family drafter needs the drop (vLLM 0.34.0); else 0
+LOOKAHEAD_DRAFTER_NO_MAMBA = "drafter-without-mamba"  # λ only with an EAGLE drafter and no Mamba group (SGLang's
+#                                                        bigram keys, switched off for Mamba hybrids); else 0
 
 CONFIG_KVSPEC = "kvspec"  # the geometry rules of spec/geometry.py only
 CONFIG_VLLM_0_33 = "vllm-0.33.0"  # plus what 0.33.0's configuration resolution refuses
+CONFIG_SGLANG = "sglang-0.5.23"  # plus what SGLang 0.5.23's HiCache L3 refuses (whole-page hits, DCP limits)
+
+RULE_SGLANG_PAGE = "sglang-page"
+RULE_SGLANG_GRID = "sglang-mamba-grid"
+RULE_SGLANG_RETENTION = "sglang-retention"
+RULE_SGLANG_DCP = "sglang-dcp"
 
 
 @attrs.frozen(kw_only=True)
@@ -55,6 +65,7 @@ class RuleSet:
     lookahead: int  # tokens past a unit that its hash also covers (0: the legacy hashes)
     deltas: tuple[Delta, ...]
     lookahead_scope: str = LOOKAHEAD_ALWAYS  # where λ applies: every geometry, or only one with an EAGLE-family drafter
+    eagle_drop: bool = True  # an EAGLE-flagged group's hit drops its last unit when λ = 0 (vLLM); False: never (SGLang)
 
 
 RULE_SETS: dict[str, RuleSet] = {
@@ -122,6 +133,47 @@ RULE_SETS: dict[str, RuleSet] = {
                   where="store/coordinator.py: use_eagle = use_eagle and not num_hash_lookahead_tokens; "
                         "drops_eagle_block"),
         )),
+    "sglang-0.5.23": RuleSet(
+        name="sglang-0.5.23", predecessor=None, engine="SGLang 0.5.23 (HiCache L3 on Mooncake)",
+        store=STORE_SGLANG, tail_key=TAIL_STORED, config=CONFIG_SGLANG, lookahead=1,
+        lookahead_scope=LOOKAHEAD_DRAFTER_NO_MAMBA, eagle_drop=False,
+        deltas=(
+            Delta(what="a hit is a whole number of pages: the prefix-match unit is the page, which is the attention "
+                       "group's span (per-rank block page/D, interleave 1); Mamba states sit on a grid that is a "
+                       "multiple of the page (lcm(mamba_cache_chunk_size, page))",
+                  where="mem_cache/radix_cache.py: RadixKey.page_aligned; hicache_storage.py: HiCacheStorageConfig; "
+                        "runtime_context.py: mamba_checkpoint_grid"),
+            Delta(what="store: every whole page of the inserted tokens (no partial page, no sub-page tail); one Mamba "
+                       "state per request, at the last grid point its tokens reached, keyed by that page's hash",
+                  where="unified_tree_core.py: build_storage_backup_spec; cache_controller.py: _page_backup; "
+                        "components/mamba.py: MambaComponent.build_hicache_transfers (TRAILING_PAGES, keys "
+                        "[node.hash_value[-1]]); prepare_for_caching_req (mamba_last_track_seqlen)"),
+            Delta(what="lookup: the largest page count, below the prompt's last token, whose KV pages all exist and "
+                       "whose Mamba state exists, on every rank (a MIN over per-rank flags); the load keys are the "
+                       "hit's own page hashes (always stored); no EAGLE drop",
+                  where="mooncake_store.py: MooncakeStore.batch_exists_v2; hybrid_cache_controller.py: "
+                        "_storage_hit_query, _sync_prefetch_hit_query, _sync_trailing_keys; "
+                        "schedule_batch.py: _compute_max_prefix_len"),
+            Delta(what="EAGLE without a Mamba group: bigram page keys, page k hashing the pairs (t_i, t_i+1), so a key "
+                       "names the token after its page (λ = 1 on every pool); with a Mamba group bigram keys are off "
+                       "(λ = 0) while the draft pool is still stored under the plain page hash",
+                  where="hash_binding.cpp: fill_bigram_page; unified_tree_core.py: is_eagle = params.is_eagle and "
+                        "ComponentType.MAMBA not in components; base_spec_worker.py: _build_hicache_draft_plan"),
+            Delta(what="configuration: DCP > 1 allows no EAGLE-family speculation (DSPARK only), one MLA KV pool and "
+                       "optional Mamba/KDA state, interleave 1",
+                  where="arg_groups/hicache_hook.py: resolve_hicache_dcp_compatibility; cache_controller.py: "
+                        "HiCacheController.attach_storage_backend"),
+        )),
+    "sglang-0.5.23-bigram": RuleSet(
+        name="sglang-0.5.23-bigram", predecessor="sglang-0.5.23",
+        engine="kvspec's proposal for SGLang: bigram keys for Mamba hybrids too",
+        store=STORE_SGLANG, tail_key=TAIL_STORED, config=CONFIG_SGLANG, lookahead=1,
+        lookahead_scope=LOOKAHEAD_DRAFTER, eagle_drop=False,
+        deltas=(Delta(what="bigram page keys whenever an EAGLE-family drafter is on, Mamba groups or not: a page key "
+                           "names the token after the page, the one the draft pool's last row read (closes the "
+                           "draft-KV hazard: CONTENT-KEY, λ = 1 >= the drafter's reach)",
+                      where="unified_tree_core.py: is_eagle = params.is_eagle (drop 'and ComponentType.MAMBA not in "
+                            "components'); rust_tree_core/adapter.py likewise"),)),
 }
 
 DEFAULT_RULES = "vllm-0.34.0"  # the newest shipped rule set
@@ -138,16 +190,18 @@ def get_rules(name: str) -> RuleSet:
 def compute_lookahead(rules: RuleSet, geometry: Geometry) -> int:
     """Return λ of a rule set on a geometry: rules.lookahead where its scope applies (every geometry, or one with an
     EAGLE-family drafter), else 0."""
-    if rules.lookahead_scope == LOOKAHEAD_ALWAYS or has_eagle(geometry):
+    if rules.lookahead_scope == LOOKAHEAD_ALWAYS or (has_eagle(geometry) and (
+            rules.lookahead_scope != LOOKAHEAD_DRAFTER_NO_MAMBA or all(g.kind != "mamba" for g in geometry.groups))):
         return rules.lookahead
     return 0
 
 
 @functools.lru_cache(maxsize=4096)  # pure over frozen values: one geometry per (rule set, geometry)
 def compute_rule_geometry(rules: RuleSet, geometry: Geometry) -> Geometry:
-    """Return the geometry a rule set's store rule and lookup run on: with hash lookahead (λ > 0) no group takes the
-    EAGLE drop (the hash covers the drafter's next token), so the EAGLE flags are cleared; else the geometry."""
-    if compute_lookahead(rules, geometry) == 0 or not any(g.eagle for g in geometry.groups):
+    """Return the geometry a rule set's store rule and lookup run on: with hash lookahead (λ > 0) or a rule set without
+    the EAGLE drop no group takes the drop (the hash covers the drafter's next token), so the EAGLE flags are
+    cleared; else the geometry."""
+    if not any(g.eagle for g in geometry.groups) or (rules.eagle_drop and compute_lookahead(rules, geometry) == 0):
         return geometry
     return attrs.evolve(geometry, groups=tuple(attrs.evolve(g, eagle=False) for g in geometry.groups))
 
@@ -161,10 +215,42 @@ def compute_lineage(rules: RuleSet) -> tuple[RuleSet, ...]:
 
 
 def check_config(rules: RuleSet, geometry: Geometry) -> None:
-    """Raise SpecError for a geometry the rule set's engine refuses (vLLM 0.33.0: one group needs u = its span)."""
+    """Raise SpecError for a geometry the rule set's engine refuses (vLLM 0.33.0: one group needs u = its span;
+    SGLang 0.5.23: check_sglang_config)."""
+    if rules.config == CONFIG_SGLANG:
+        check_sglang_config(geometry)
     if rules.config != CONFIG_VLLM_0_33 or len(geometry.groups) != 1:
         return
     check_single_group_unit(geometry.unit, compute_span(geometry, GroupId(0)))
+
+
+def check_sglang_config(geometry: Geometry) -> None:
+    """Raise SpecError unless SGLang 0.5.23's HiCache L3 runs the geometry: one page (every attention span equal),
+    every Mamba block a multiple of it (the checkpoint grid), replay retention (one state per request), and under DCP
+    no EAGLE flag, one attention group, interleave 1. Hits are then whole pages: every object it stores ends a page."""
+    d = geometry.parallel.dcp
+    spans = {compute_span(geometry, GroupId(i)) for i, g in enumerate(geometry.groups) if g.kind == "attention"}
+    if len(spans) != 1:
+        raise SpecError(RULE_SGLANG_PAGE, f"SGLang's L3 object is one page for every pool: give one attention span "
+                                          f"(block × D), got {sorted(spans) or 'none'} (HiCacheStorageConfig)")
+    page = spans.pop()
+    for g in geometry.groups:
+        if g.kind == "mamba" and g.block_size % page:
+            raise SpecError(RULE_SGLANG_GRID, f"SGLang keeps Mamba states on lcm(mamba chunk, page): a Mamba block of "
+                                              f"{g.block_size} is not a multiple of the page {page} "
+                                              f"(mamba_checkpoint_grid)")
+    if geometry.retention != "replay":
+        raise SpecError(RULE_SGLANG_RETENTION, "SGLang keeps one Mamba state per request (at its last grid point): "
+                                               "use --retention replay")
+    if d > 1 and has_eagle(geometry):
+        raise SpecError(RULE_SGLANG_DCP, "HiCache with --dcp-size > 1 only supports DSPARK speculative decoding: no "
+                                         "EAGLE-flagged group under DCP (resolve_hicache_dcp_compatibility)")
+    if d > 1 and sum(g.kind == "attention" for g in geometry.groups) > 1:
+        raise SpecError(RULE_SGLANG_DCP, "HiCache L3 under DCP stores one MLA KV pool and optional Mamba/KDA state "
+                                         "(attach_storage_backend): one attention group")
+    if d > 1 and geometry.parallel.interleave != 1:
+        raise SpecError(RULE_SGLANG_DCP, "SGLang's DCP layout interleaves single tokens (interleave 1) "
+                                         "(layers/dcp/layout.py)")
 
 
 def check_single_group_unit(unit: int, span: int) -> None:

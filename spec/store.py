@@ -21,7 +21,7 @@ from .geometry import (
     is_eagle_spec,
     is_fine,
 )
-from .rules import STORE_VLLM_0_33, RuleSet, compute_lookahead, compute_rule_geometry
+from .rules import STORE_SGLANG, STORE_VLLM_0_33, RuleSet, compute_lookahead, compute_rule_geometry
 from .schedule import (
     BLOCK_SCHEDULE,
     Schedule,
@@ -203,6 +203,21 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
     return frozenset(out)
 
 
+def compute_store_boundaries_sglang(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> frozenset[Obj]:
+    """Return the objects one request of P tokens stores under SGLang 0.5.23's HiCache L3: every whole page (the
+    attention span s) up to the hashed length ⌊(P − λ)/u⌋·u, and per Mamba group the one state at ⌊that/b⌋·b (> 0)."""
+    hashed = compute_hashed_length(geometry, prompt, lookahead)
+    out: set[Obj] = set()
+    for gid, g in enumerate(geometry.groups):
+        gi = GroupId(gid)
+        if g.kind == "attention":
+            s = compute_span(geometry, gi)
+            out.update((gi, Boundary(k * s)) for k in range(1, hashed // s + 1))
+        elif hashed // g.block_size:
+            out.add((gi, Boundary(hashed // g.block_size * g.block_size)))
+    return frozenset(out)
+
+
 def compute_rule_store(rules: RuleSet, geometry: Geometry, prompt: Tokens,
                        schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
     """Return the objects one request of P tokens stores under a rule set's store rule (on its rule geometry); the
@@ -210,4 +225,6 @@ def compute_rule_store(rules: RuleSet, geometry: Geometry, prompt: Tokens,
     if rules.store == STORE_VLLM_0_33:
         return compute_store_boundaries_vllm(compute_rule_geometry(rules, geometry), prompt,
                                              compute_lookahead(rules, geometry), schedule)
+    if rules.store == STORE_SGLANG:
+        return compute_store_boundaries_sglang(geometry, prompt, compute_lookahead(rules, geometry))
     return compute_store_boundaries(geometry, prompt)

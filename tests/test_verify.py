@@ -80,8 +80,8 @@ def test_a_shared_pass_is_listed_by_row_and_selected_by_any_of_its_rows(capsys):
     from kvspec.checks.verify import compute_tasks
     assert main(["verify", "--list", "--only", "EXHAUSTIVE/vllm-0.33.0", "LINK-failure-vllm-0.33.0"]) == 0
     listed = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
-    assert listed == ["EXHAUSTIVE", "EXHAUSTIVE/vllm-0.33.0", "EXHAUSTIVE/vllm-0.34.0", "LINK-vllm-0.33.0",
-                      "LINK-failure-vllm-0.33.0"]
+    assert listed == ["EXHAUSTIVE", "EXHAUSTIVE/vllm-0.33.0", "EXHAUSTIVE/vllm-0.34.0", "EXHAUSTIVE/sglang-0.5.23",
+                      "LINK-vllm-0.33.0", "LINK-failure-vllm-0.33.0"]
     manifest = compute_manifest()
     picked = {manifest[k].id for k, _, _, _ in compute_tasks(only=("FAIL-exhaustive/vllm-0.33.0-lookahead",))}
     assert picked == {"FAIL-exhaustive"}
