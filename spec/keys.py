@@ -154,3 +154,90 @@ def render_key_vllm(key: StoreKey) -> str:
 # vLLM's is not injective: cache_prefix "a" with model "m" and cache_prefix "" with model "a@m" both render
 # "a@m@tp_rank:…"; they coincide with kvspec's whenever no field contains '@' or '%'.
 KEY_GRAMMARS = {"kvspec": render_key, "vllm-0.33.0": render_key_vllm}
+
+
+# ---------------------------------------------------------------- SGLang 0.5.23's page hashes and Mooncake keys
+
+U32_MAX = (1 << 32) - 1
+SGLANG_POOLS = ("mla-k", "mha-k", "mha-v", "mamba-temporal", "mamba-conv", "draft-mla-k", "draft-mha-k", "draft-mha-v")
+
+
+def compute_sglang_namespace_seed(extra_key: str | None, cache_salt: str | None) -> str | None:
+    """Return SHA-256("sglang-cache-namespace-v1" ‖ each part as 0x00 when absent, else 0x01 ‖ its UTF-8 length as 8
+    little-endian bytes ‖ its bytes) in hex, or None when both are absent (an unseeded chain)."""
+    if extra_key is None and cache_salt is None:
+        return None
+    digest = hashlib.sha256(b"sglang-cache-namespace-v1")
+    for part in (extra_key, cache_salt):
+        if part is None:
+            digest.update(b"\x00")
+        else:
+            data = part.encode("utf-8")
+            digest.update(b"\x01" + len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()
+
+
+def compute_sglang_page_hashes(tokens: Sequence[int], page: int, seed_hex: str | None = None,
+                               bigram: bool = False) -> list[str]:
+    """Return the hex page hashes of the whole pages: H_k = SHA-256(H_{k−1} (32 bytes; the seed's for k = 1, none when
+    unseeded) ‖ page k's words), the words the page's tokens as little-endian u32 — with bigram keys the pairs
+    (t_i, t_{i+1}) for i in the page (n tokens give n − 1 bigrams) — or, when a page holds a token above 2³² − 1,
+    the byte 0xff ‖ the same values as little-endian u64."""
+    require(page >= 1, RULE_KEY, f"page size must be >= 1, got {page}")
+    n = max(len(tokens) - 1, 0) if bigram else len(tokens)
+    prior = bytes.fromhex(seed_hex) if seed_hex else b""
+    out = []
+    for start in range(0, n // page * page, page):
+        values = [v for i in range(start, start + page)
+                  for v in ((tokens[i], tokens[i + 1]) if bigram else (tokens[i],))]
+        require(all(0 <= v < 1 << 63 for v in values), RULE_KEY, "token ids must be non-negative int64")
+        wide = any(v > U32_MAX for v in values)
+        body = (b"\xff" + b"".join(v.to_bytes(8, "little") for v in values) if wide
+                else b"".join(v.to_bytes(4, "little") for v in values))
+        prior = hashlib.sha256(prior + body).digest()
+        out.append(prior.hex())
+    return out
+
+
+@attrs.frozen(kw_only=True)
+class SglangKey:
+    """The fields of one SGLang 0.5.23 Mooncake object: the store's prefix parts, the rank fields, the pool, the page."""
+
+    page_hash: str = attrs.field(validator=_hex)
+    pool: str = attrs.field(validator=attrs.validators.in_(SGLANG_POOLS))
+    tag: str | None = None  # extra_backend_tag
+    model: str | None = None  # model_name ('/' becomes '-')
+    tp_size: int = 1
+    tp_rank: int = 0  # the local (attention TP) rank: Mamba and MHA objects are keyed by it
+    dcp_size: int = 1
+    dcp_rank: int = 0
+    cp_size: int = 1
+    cp_rank: int = 0
+    pp_size: int = 1
+    pp_rank: int = 0
+    page: int = 1  # logical page size (in the prefix under DCP)
+    conv: int = 0  # which conv buffer (pool "mamba-conv")
+
+
+# str(PoolName.DRAFT) for SGLang's `class PoolName(str, Enum)` under the Python its wheel targets (3.11): an f-string
+# formats a str-mixin Enum member as "PoolName.DRAFT", not its value "draft" (Python <= 3.10 gave "draft")
+SGLANG_DRAFT_NAME = "PoolName.DRAFT"
+
+
+def render_key_sglang(key: SglangKey) -> str:
+    """Return the key as SGLang 0.5.23's MooncakeStore writes it:
+    [tag_][model_][tp{T}_dcp{D}_page{P}_pp{PP}_cp{CP}_]HASH_SUFFIX (the topology part only under DCP), the suffix
+    per pool from mla = "" | "{pp}" (PP) | "dcp{r}_cp{c}[_{pp}]" (DCP) and mha = "{tp}[_{pp}]": "_{mla}_k",
+    "_{mha}_k" / "_{mha}_v", "_{mha}_temporal", "_{mha}_conv_{i}", draft "_{mla}_{DRAFT}_k" or "_{mha}_{DRAFT}_k/_v".
+    Not injective: there is no escaping ('_' separates fields and may occur inside the tag and the model name)."""
+    parts = [p for p in (key.tag, None if key.model is None else "-".join(key.model.split("/"))) if p is not None]
+    if key.dcp_size > 1:
+        parts.append(f"tp{key.tp_size}_dcp{key.dcp_size}_page{key.page}_pp{key.pp_size}_cp{key.cp_size}")
+    pp = f"_{key.pp_rank}" if key.pp_size > 1 else ""
+    mla = f"dcp{key.dcp_rank}_cp{key.cp_rank}{pp}" if key.dcp_size > 1 else pp[1:]
+    mha = f"{key.tp_rank}{pp}"
+    suffix = {"mla-k": f"_{mla}_k", "mha-k": f"_{mha}_k", "mha-v": f"_{mha}_v", "mamba-temporal": f"_{mha}_temporal",
+              "mamba-conv": f"_{mha}_conv_{key.conv}", "draft-mla-k": f"_{mla}_{SGLANG_DRAFT_NAME}_k",
+              "draft-mha-k": f"_{mha}_{SGLANG_DRAFT_NAME}_k", "draft-mha-v": f"_{mha}_{SGLANG_DRAFT_NAME}_v"}[key.pool]
+    body = f"{key.page_hash}{suffix}"
+    return f"{'_'.join(parts)}_{body}" if parts else body

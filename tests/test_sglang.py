@@ -102,3 +102,65 @@ def test_the_implementation_has_no_sglang_store_rule():
     with pytest.raises(SpecError) as exc:
         compute_impl_store_rule(SG)
     assert exc.value.rule == "impl-rules"
+
+
+# Page hashes computed by SGLang 0.5.23's own hash_binding.cpp (built from the wheel with torch's cpp_extension and
+# -lcrypto, get_hash(raw, logical_len, unit_width, is_bigram, prior_digest, page_size)): kvspec's statement agreed with
+# it on 796 random inputs (pages 1-64, bigram on/off, tokens above 2^32, seeded and unseeded); these are four of them.
+SEED_LORA7 = "a6f1938021f59be4331d56bfd53d749754b4d491d90a96de4f0ae1141bb8fba1"  # namespace seed of extra_key "lora-7"
+SGLANG_HASHES = [
+    (list(range(1, 9)), 4, None, False, ["cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72",
+                                         "4ebfa8a1f3c341517621838c6e1b9aa350307e3f00b3cbd1a07ef740f54396d6"]),
+    (list(range(1, 10)), 4, None, True, ["f721fe42aac11dcbfd1a17f24cc5765a0d5b6bc264d1c0b6581d775a7344c11f",
+                                         "c35ad698917936a474f7e55f3a4855eaee20585cd0bf156b1ae3a62666ba7220"]),
+    ([5, 1 << 33, 7, 9], 2, None, False, ["a906f94ecc3445d17f46e328299e9efc07e9a7750d074c5808e2b8624062e2f5",
+                                          "1322b59ae97141b7f40ec9734c4fd5fe4f5a41978948aa4dca7ab09b73e7a4a5"]),
+    (list(range(100, 108)), 4, SEED_LORA7, False, ["e3d47e498a86430645fe4fab540a4ec008ec769e9ff7e5c88974e393b65dec00",
+                                                   "26dff7948f618204cb4e50691637de1ee5eb41902e2dcf670371e19256c083bf"]),
+]
+
+
+@pytest.mark.parametrize("tokens, page, seed, bigram, want", SGLANG_HASHES)
+def test_page_hashes_equal_sglangs_own(tokens, page, seed, bigram, want):
+    from kvspec.spec.keys import compute_sglang_page_hashes
+    assert compute_sglang_page_hashes(tokens, page, seed, bigram) == want
+
+
+def test_page_hash_structure():
+    """Prefix-chained (a page's hash depends on the pages before it only), namespaced, bigram keys name the token after
+    the page, whole pages only; the namespace seed of SGLang's storage_namespace_seed."""
+    from kvspec.spec.keys import compute_sglang_namespace_seed, compute_sglang_page_hashes
+    assert compute_sglang_namespace_seed("lora-7", None) == SEED_LORA7 and compute_sglang_namespace_seed(None, None) is None
+    assert compute_sglang_namespace_seed("", None) != compute_sglang_namespace_seed(None, "")
+    a, b = list(range(12)), [*range(8), 99, 99, 99, 99]
+    ha, hb = compute_sglang_page_hashes(a, 4), compute_sglang_page_hashes(b, 4)
+    assert ha[:2] == hb[:2] and ha[2] != hb[2] and len(compute_sglang_page_hashes(a[:11], 4)) == 2
+    assert compute_sglang_page_hashes(a, 4, SEED_LORA7)[0] != ha[0]
+    c = [*range(8), 5]  # equal first 8 tokens, a different 9th: plain keys of page 2 agree, bigram keys do not
+    assert compute_sglang_page_hashes(c, 4)[:2] == ha[:2]
+    assert compute_sglang_page_hashes(c, 4, bigram=True)[1] != compute_sglang_page_hashes(a[:9], 4, bigram=True)[1]
+    assert len(compute_sglang_page_hashes(list(range(8)), 4, bigram=True)) == 1  # 8 tokens give 7 bigrams: one page
+
+
+def test_key_grammar_and_its_collisions():
+    """SGLang's Mooncake keys: the topology part only under DCP, the per-pool suffixes, the draft pool named as Python
+    3.11 formats SGLang's str-mixin enum; distinct (rank, pool, page) give distinct keys, but the grammar is not
+    injective: a tag with '_' and a model name can trade text."""
+    from kvspec.spec.keys import SglangKey, render_key_sglang
+    h = "ab" * 32
+    dcp = dict(model="moonshot/Kimi-K3", tp_size=8, dcp_size=8, page=1024)
+    assert render_key_sglang(SglangKey(page_hash=h, pool="mla-k", dcp_rank=3, **dcp)) == \
+        f"moonshot-Kimi-K3_tp8_dcp8_page1024_pp1_cp1_{h}_dcp3_cp0_k"
+    assert render_key_sglang(SglangKey(page_hash=h, pool="mamba-temporal", tp_rank=5, **dcp)).endswith(f"{h}_5_temporal")
+    assert render_key_sglang(SglangKey(page_hash=h, pool="mla-k")) == f"{h}__k"
+    assert render_key_sglang(SglangKey(page_hash=h, pool="draft-mla-k", pp_size=2, pp_rank=1)) == f"{h}_1_PoolName.DRAFT_k"
+    keys = {render_key_sglang(SglangKey(page_hash=h, pool=p, dcp_rank=r, tp_rank=r, **dcp))
+            for r in range(8) for p in ("mla-k", "mamba-temporal", "mamba-conv")}
+    assert len(keys) == 24
+    assert render_key_sglang(SglangKey(page_hash=h, pool="mla-k", tag="a_b", model="c")) == \
+        render_key_sglang(SglangKey(page_hash=h, pool="mla-k", tag="a", model="b_c"))
+    from enum import Enum
+
+    class PoolName(str, Enum):  # noqa: UP042 - SGLang's declaration of the pool names (hicache_storage.py)
+        DRAFT = "draft"
+    assert f"{PoolName.DRAFT}" == "PoolName.DRAFT"  # what the f-string in _get_hybrid_page_component_keys writes
