@@ -555,7 +555,7 @@ EFFICIENCY: tuple[tuple[str, str, str, int], ...] = (  # (property, rule set, ex
     ("CONTENT", "pr53324", "refuted", 7), ("CONTENT", "vllm-0.33.0", "refuted", 7),
     ("CONTENT", "vllm-0.33.0-lookahead", "holds", 7), ("BEST", "vllm-0.33.0-lookahead", "holds", 11),
     ("RESEND", "vllm-0.33.0-lookahead", "holds", 3), ("MONO-EVICT", "vllm-0.33.0-lookahead", "holds", 7),
-    ("SPLIT", "vllm-0.34.0", "holds", 3),
+    ("SPLIT", "vllm-0.34.0", "holds", 3), ("CONTENT", "vllm-0.34.0", "holds", 7),
     # SGLang (issue 32): the draft-KV hazard of Mamba hybrids with EAGLE (plain page keys), closed by bigram keys; every
     # geometry of the scope SGLang runs (its configuration refuses the rest)
     ("CONTENT", "sglang-0.5.23", "refuted", 1), ("CONTENT", "sglang-0.5.23-bigram", "holds", 1),
