@@ -15,6 +15,7 @@ PIP_LOCKED = pip install -q --require-hashes $(TORCH_INDEX)
 VVENV   := .venv-vllm
 VSTAMP  := $(VVENV)/.kvspec-installed
 VVENV34 := .venv-vllm-0.34.0
+SGSRC   := .cache/sglang-0.5.23
 VSTAMP34 := $(VVENV34)/.kvspec-installed
 UV      ?= $(BIN)/uv
 UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-platform x86_64-manylinux_2_28 \
@@ -22,7 +23,7 @@ UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-platform x86_64-man
 CPU_TORCH_SOURCE = $(if $(wildcard /opt/wheels),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu \
                    --index-strategy unsafe-best-match)
 
-.PHONY: gpu-carry all venv venv-gpu vllm-venv verify verify-full test test-main test-unit test-live test-vllm soak test-fast conform bench gpu-check lint lock vectors vectors-check clean
+.PHONY: sglang-src gpu-carry all venv venv-gpu vllm-venv verify verify-full test test-main test-unit test-live test-vllm soak test-fast conform bench gpu-check lint lock vectors vectors-check clean
 
 all: verify test
 
@@ -72,10 +73,18 @@ test: test-main test-vllm
 PYTEST_ARGS ?=
 PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) $(BIN)/python -m pytest -q --timeout=900 $(PYTEST_ARGS)
 
-test-main: $(STAMP)
+test-main: $(STAMP) $(SGSRC)/.unpacked
 	$(PYTEST) -m "not vllm and not soak" tests
 
-test-unit: $(STAMP)
+# SGLang 0.5.23's wheel, unpacked (not installed): its own hit rule is the oracle of the sglang-0.5.23 rule set
+sglang-src: $(SGSRC)/.unpacked
+$(SGSRC)/.unpacked: $(STAMP) requirements/sglang-wheel.lock
+	rm -rf $(SGSRC) .cache/sglang-wheel && mkdir -p .cache/sglang-wheel
+	$(BIN)/pip download -q --no-deps --require-hashes -r requirements/sglang-wheel.lock -d .cache/sglang-wheel
+	$(BIN)/python -m zipfile -e .cache/sglang-wheel/sglang-0.5.23-*.whl $(SGSRC)
+	@touch $@
+
+test-unit: $(STAMP) $(SGSRC)/.unpacked
 	$(PYTEST) -m "not vllm and not live and not soak" tests
 
 test-live: $(STAMP)

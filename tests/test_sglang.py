@@ -4,6 +4,10 @@ Mamba hybrids with EAGLE (plain page keys, no drop) and the bigram fix."""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
 from kvspec.spec.content import compute_wrong_positions
@@ -164,3 +168,40 @@ def test_key_grammar_and_its_collisions():
     class PoolName(str, Enum):  # noqa: UP042 - SGLang's declaration of the pool names (hicache_storage.py)
         DRAFT = "draft"
     assert f"{PoolName.DRAFT}" == "PoolName.DRAFT"  # what the f-string in _get_hybrid_page_component_keys writes
+
+
+SGLANG_ROOT = Path(os.environ.get("KVSPEC_SGLANG_ROOT", Path(__file__).parent.parent / ".cache" / "sglang-0.5.23"))
+
+
+@pytest.fixture
+def sglang_code():
+    """SGLang 0.5.23's hicache_storage and mooncake_store modules from the unpacked wheel (make sglang-src), with the
+    stubs of checks/sglang_oracle.py; sys.modules restored afterwards."""
+    if not (SGLANG_ROOT / "sglang").is_dir():
+        pytest.skip(f"SGLang's wheel is not unpacked at {SGLANG_ROOT}: make sglang-src (make test does)")
+    from kvspec.checks.sglang_oracle import load_sglang
+    before = set(sys.modules)
+    try:
+        yield load_sglang(str(SGLANG_ROOT))
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+
+
+def test_sglangs_own_hit_rule_agrees(sglang_code, monkeypatch):
+    """SGLang's MooncakeStore.batch_exists_v2 over every rank's objects (intersected across ranks) gives kvspec's hit
+    on 2,000 generated scenarios (MLA, DCP 1-8, KDA on its grid, up to 3 writers, evictions, bigram keys); a kvspec
+    whose lookup read rank 0's objects only (a shard lost on another rank unseen) disagrees."""
+    import attrs
+
+    from kvspec.checks import sglang_oracle
+    rep = sglang_oracle.run_oracle(str(SGLANG_ROOT), count=2000, seed=0)
+    assert rep["compared"] == rep["agree"] == 2000, rep["disagreements"]
+    real = sglang_oracle.evaluate_scenario
+
+    def rank0_only(sc):
+        return real(attrs.evolve(sc, evicted=frozenset(e for e in sc.evicted if e[2] == 0)))
+
+    monkeypatch.setattr(sglang_oracle, "evaluate_scenario", rank0_only)
+    wrong = sglang_oracle.run_oracle(str(SGLANG_ROOT), count=300, seed=1)
+    assert wrong["agree"] < wrong["compared"]
