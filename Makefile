@@ -71,7 +71,7 @@ test: test-main test-vllm
 
 # PYTEST_ARGS: e.g. --junitxml=FILE (the workflows); every test has a timeout (pytest-timeout)
 PYTEST_ARGS ?=
-PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) $(BIN)/python -m pytest -q --timeout=900 $(PYTEST_ARGS)
+PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) KVSPEC_SGLANG_ROOT=$(SGSRC) $(BIN)/python -m pytest -q --timeout=900 $(PYTEST_ARGS)
 
 test-main: $(STAMP) $(SGSRC)/.unpacked
 	$(PYTEST) -m "not vllm and not soak" tests

@@ -17,6 +17,8 @@ from typing import Any, Protocol, cast
 
 import attrs
 
+from kvspec.spec.rules import STORE_PR53324, get_rules
+
 from .closed_form import VLLM_RULES
 from .exhaustive import (
     SCOPE_FAILURE,
@@ -362,7 +364,8 @@ class LinkCheck(SharedPass):
         rows = []
         for i, (rid, what) in enumerate(self.rows):
             r = results[0]["rows"][i]
-            text = LINK_WHAT[what] + (f" under {self.rule}'s store rule" if self.rule != "pr53324" else "")
+            text = LINK_WHAT[what] + (f" under {self.rule}'s store rule"
+                                      if get_rules(self.rule).store != STORE_PR53324 else "")
             rows.append(Row(id=rid, method="exhaustive", statement=f"{text} on every input of: {self.scope.describe()}",
                             expected="none found", result=f"{r['n']} inputs, {len(r['bad'])} differences",
                             ok=r["n"] > 0 and not r["bad"], seconds=r["seconds"],

@@ -95,19 +95,17 @@ def _key(g: Geometry, rank: int, page_hash: str, pool: str, conv: int = 0) -> st
 def make_rank_store(ms: Any, hs: Any, g: Geometry, rank: int, fake: FakeStore) -> Any:
     """Return SGLang's MooncakeStore for one rank without its __init__ (prefix and suffixes as kvspec states them)."""
     store = object.__new__(ms.MooncakeStore)
-    d = g.parallel.dcp
-    page = g.groups[0].block_size * d
-    probe = _key(g, rank, "00", "mla-k")  # PREFIX_HASH_SUFFIX: split kvspec's rendering into SGLang's attributes
-    store.config_prefix = probe[: probe.index("_00_")]
+    # PREFIX_00_SUFFIX: kvspec's renderings split into the attributes SGLang's __init__ would set
+    mla, mha = _key(g, rank, "00", "mla-k"), _key(g, rank, "00", "mamba-temporal")
+    store.config_prefix = mla[: mla.index("_00_")]
+    store.mla_suffix = mla[mla.index("_00_") + 4: -len("_k")]
+    store.mha_suffix = mha[mha.index("_00_") + 4: -len("_temporal")]
     store.is_mla_backend = True
-    store.mla_suffix = f"dcp{rank}_cp0" if d > 1 else ""
-    store.mha_suffix = f"{rank}"
     store.should_split_heads = False
     store.mem_pool_host = types.SimpleNamespace(kv_buffer=object())
     mamba_host = types.SimpleNamespace(conv_buffer=[object()], temporal_state_elem_size=1)
     store.registered_pools = {hs.PoolName.MAMBA: mamba_host}
     store.store = fake
-    assert _key(g, rank, "ab", "mla-k") == f"{store.config_prefix}_ab_{store.mla_suffix}_k", (page, rank)
     return store
 
 

@@ -62,6 +62,12 @@ def compute_replay_boundary(geometry: Geometry, group: GroupId, prompt: Tokens) 
     return Tokens(max(prompt - 1, 0) // b * b)
 
 
+def compute_span_objects(geometry: Geometry, group: GroupId, end: int) -> set[Obj]:
+    """Return {(group, k·s) : 1 <= k <= ⌊end/s⌋}, s the group's span: its whole spans up to `end`."""
+    s = compute_span(geometry, group)
+    return {(group, Boundary(k * s)) for k in range(1, end // s + 1)}
+
+
 def compute_attention_boundaries(geometry: Geometry, group: GroupId, prompt: Tokens) -> tuple[Boundary, ...]:
     """Return the boundaries an attention group stores for a prompt of P tokens, ascending."""
     s = compute_span(geometry, group)
@@ -184,7 +190,7 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
         gi = GroupId(gid)
         if g.kind == "attention":
             s = compute_span(geometry, gi)
-            out.update((gi, Boundary(k * s)) for k in range(1, full // s + 1))
+            out |= compute_span_objects(geometry, gi, full)
             end = c + compute_proof_margin(geometry, gi)
             if has_c and is_partial(geometry) and end <= min(prompt, hashed):
                 for i in range(c // lcm * lcm // s, -(-end // s)):
@@ -211,8 +217,7 @@ def compute_store_boundaries_sglang(geometry: Geometry, prompt: Tokens, lookahea
     for gid, g in enumerate(geometry.groups):
         gi = GroupId(gid)
         if g.kind == "attention":
-            s = compute_span(geometry, gi)
-            out.update((gi, Boundary(k * s)) for k in range(1, hashed // s + 1))
+            out |= compute_span_objects(geometry, gi, hashed)
         elif hashed // g.block_size:
             out.add((gi, Boundary(hashed // g.block_size * g.block_size)))
     return frozenset(out)
