@@ -31,32 +31,116 @@ MEASURED = list_rules("bench")  # the rule sets the bench compares (checks/rules
 
 
 def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
-                 rule_sets: tuple[str, ...] = MEASURED) -> list[dict[str, Any]]:
-    """Return one row per rule set and prompt size (identical resend): probes, baseline probes, rounds, identical."""
+                 rule_sets: tuple[str, ...] = MEASURED, master: str | None = None) -> list[dict[str, Any]]:
+    """Return one row per rule set and prompt size (identical resend on kimi-k3-dcp8): probes, baseline probes, rounds,
+    identical; with a master address also the wall time of the existence calls on that real master (every rank's keys
+    in one batch_is_exist per round) against vLLM's one call of every rank's unit-boundary keys."""
     from kvspec.impl.lookup import HybridLookup, count_baseline_probes
     g = get_preset("kimi-k3-dcp8")
+    client = _ProbeClient(master, g) if master else None
     rows = []
-    for rules, n in ((r, n) for r in rule_sets for n in sizes):
-        sc = Scenario(geometry=g, prompt=n, stored=(StoredRequest(prompt=n, shared=n),), rules=rules)
-        spec = evaluate_scenario(sc)
-        rounds: list[int] = []
-        lk = HybridLookup(g, n, lookahead=compute_lookahead(get_rules(rules), g))
-        t0 = time.perf_counter()
-        present = {(int(gid), int(t)) for gid, t in spec.present}
+    try:
+        for rules, n in ((r, n) for r in rule_sets for n in sizes):
+            sc = Scenario(geometry=g, prompt=n, stored=(StoredRequest(prompt=n, shared=n),), rules=rules)
+            spec = evaluate_scenario(sc)
+            rounds: list[int] = []
+            lk = HybridLookup(g, n, lookahead=compute_lookahead(get_rules(rules), g))
+            present = {(int(gid), int(t)) for gid, t in spec.present}
+            if client is not None:
+                client.put_present(f"{rules}/{n}", present)
 
-        def probe(objs: list[tuple[int, int]], present: set[tuple[int, int]] = present,
-                  rounds: list[int] = rounds) -> set[tuple[int, int]]:
-            rounds.append(len(objs))
-            return {o for o in objs if o in present}
+            def probe(objs: list[tuple[int, int]], present: set[tuple[int, int]] = present,
+                      rounds: list[int] = rounds, tag: str = f"{rules}/{n}") -> set[tuple[int, int]]:
+                rounds.append(len(objs))
+                return client.probe(tag, objs) if client is not None else {o for o in objs if o in present}
 
-        h, tails = lk.run(probe)
-        dt = time.perf_counter() - t0
-        probes = lk.probes * g.parallel.dcp  # every rank probes its own keys
-        base = count_baseline_probes(g, n)
-        rows.append({"rules": rules, "tokens": n, "probes": probes, "baseline_probes": base, "ratio": round(base / probes, 2),
-                     "rounds": lk.rounds, "baseline_rounds": 1, "identical": h == spec.hit_length
-                     and tuple(tails) == spec.tails, "hit_length": h, "lookup_cpu_s": round(dt, 4)})
+            t0 = time.perf_counter()
+            h, tails = lk.run(probe)
+            dt = time.perf_counter() - t0
+            probes = lk.probes * g.parallel.dcp  # every rank probes its own keys
+            base = count_baseline_probes(g, n)
+            row = {"rules": rules, "tokens": n, "probes": probes, "baseline_probes": base,
+                   "ratio": round(base / probes, 2), "rounds": lk.rounds, "baseline_rounds": 1,
+                   "identical": h == spec.hit_length and tuple(tails) == spec.tails, "hit_length": h,
+                   "lookup_cpu_s": round(dt, 4)}
+            if client is not None:
+                row["master_ms"] = round(client.take_seconds() * 1e3, 2)
+                row["baseline_master_ms"] = round(client.time_baseline(f"{rules}/{n}", n) * 1e3, 2)
+            rows.append(row)
+    finally:
+        if client is not None:
+            client.close()
     return rows
+
+
+class _ProbeClient:
+    """One client of a real master that holds every rank's keys of the bench's stored objects (64-byte values) and
+    times the existence calls (key rendering excluded)."""
+
+    VALUE = 64
+
+    def __init__(self, master: str, geometry: Any) -> None:
+        import numpy as np
+
+        from kvspec.impl.mooncake_store import MooncakeKV
+        from kvspec.spec.geometry import compute_rank_fields, compute_ranks
+        self.kv = MooncakeKV(master, segment_bytes=64 << 20)
+        self.g = geometry
+        self.fields = [compute_rank_fields(geometry, r) for r in compute_ranks(geometry)]
+        self.buf = np.zeros(self.VALUE, dtype=np.uint8)
+        self.kv.register(self.buf.ctypes.data, self.VALUE)
+        self.seconds = 0.0
+
+    def keys(self, tag: str, objs: list[tuple[int, int]]) -> list[str]:
+        from kvspec.spec.keys import StoreKey, render_key
+        return [render_key(StoreKey(model="kvspec-bench", tp_rank=f.tp_rank, pcp_rank=f.pcp_rank, dcp_rank=f.dcp_rank,
+                                    pp_rank=f.pp_rank, group=g, hash_hex=_bench_hash(tag, t)))
+                for g, t in objs for f in self.fields]
+
+    def put_present(self, tag: str, present: set[tuple[int, int]]) -> None:
+        keys = self.keys(tag, sorted(present))
+        rcs = self.kv.put(keys, [self.buf.ctypes.data] * len(keys), [self.VALUE] * len(keys))
+        if any(rc != 0 for rc in rcs):
+            raise RuntimeError(f"bench put failed: {sorted(set(rcs))}")
+
+    def probe(self, tag: str, objs: list[tuple[int, int]]) -> set[tuple[int, int]]:
+        keys, d = self.keys(tag, objs), self.g.parallel.dcp
+        t0 = time.perf_counter()
+        res = self.kv.exist(keys)
+        self.seconds += time.perf_counter() - t0
+        return {o for k, o in enumerate(objs) if all(x == 1 for x in res[k * d:(k + 1) * d])}
+
+    def take_seconds(self) -> float:
+        out, self.seconds = self.seconds, 0.0
+        return out
+
+    def time_baseline(self, tag: str, n: int) -> float:
+        """Return the seconds of vLLM's probe: every unit boundary of every group on every rank, one call."""
+        u = self.g.unit
+        keys = self.keys(tag, [(g, t) for g in range(len(self.g.groups)) for t in range(u, n // u * u + 1, u)])
+        t0 = time.perf_counter()
+        self.kv.exist(keys)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.kv.unregister(self.buf.ctypes.data)
+        self.kv.close()
+
+
+def _bench_hash(tag: str, boundary: int) -> str:
+    """Return a stand-in for H_t of the bench request `tag` (distinct per request and boundary)."""
+    import hashlib
+    return hashlib.sha256(f"{tag}/{boundary}".encode()).hexdigest()
+
+
+def bench_lookup_master(sizes: tuple[int, ...] = (131_072, 1_048_576, 4_194_304),
+                        rule_sets: tuple[str, ...] = ("vllm-0.34.0", "vllm-0.33.0")) -> list[dict[str, Any]]:
+    """Return bench_lookup's rows measured on a real mooncake_master started on 127.0.0.1 (stopped by PID after)."""
+    import tempfile
+
+    from kvspec.impl.cluster import running_master
+    with tempfile.TemporaryDirectory(prefix="kvspec-lbench-") as wd, running_master(wd) as m:
+        return bench_lookup(sizes, rule_sets, master=m.address)
 
 
 @attrs.frozen(kw_only=True)
@@ -338,7 +422,9 @@ def format_bench(out: dict[str, Any]) -> str:
                      f"({c['loop']}) {c['loop_seconds']} s")
     for r in out.get("lookup", []):
         lines.append(f"lookup {r['rules']:<12} N={r['tokens']:>9}: {r['probes']} probes vs {r['baseline_probes']} "
-                     f"({r['ratio']}x), {r['rounds']} rounds, identical to the spec: {r['identical']}")
+                     f"({r['ratio']}x), {r['rounds']} rounds, identical to the spec: {r['identical']}"
+                     + (f"; on the master {r['master_ms']} ms vs {r['baseline_master_ms']} ms (vLLM 0.34.0's lookup "
+                        f"deadline: 1000 ms)" if "master_ms" in r else ""))
     if out.get("efficiency") or out.get("conversations"):
         lines.append(f"reusable = {REUSABLE} tokens (S shared, N looked up; a resend: ⌊(P−1)/u⌋·u)")
     for r in out.get("efficiency", []):
@@ -394,7 +480,7 @@ def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool =
     import torch
     out["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     if not transfer_only:
-        out["lookup"] = bench_lookup((32_768, 131_072) if quick else (32_768, 131_072, 1_048_576))
+        out["lookup"] = bench_lookup_master((131_072, 1_048_576) if quick else (131_072, 1_048_576, 4_194_304))
     if not transfer_only:
         from .load import run_load
         out["load"] = [run_load(dcp=d, streams=16, seconds=15 if quick else 30) for d in (2, 4)]

@@ -1,21 +1,21 @@
-"""The implementation's own hybrid lookup: few existence probes in a constant number of rounds.
+"""The implementation's own hybrid lookup: few existence probes in few rounds.
 
 Independent of ``kvspec.spec.lookup`` by construction (this module never imports it): the
 rule is re-derived from its statement and evaluated over a *presence oracle* that only knows
-the keys probed so far.  Probing plan (all ranks' keys, one batched ``batch_is_exist`` per
-round, presence ANDed across ranks by a MIN all-reduce):
+the keys probed so far and says so (``NeedProbe``) when the evaluation reads any other.  Probing
+plan (all ranks' keys, one batched ``batch_is_exist`` per round, presence ANDed across ranks by a
+MIN all-reduce):
 
-1. every attention group's full-block boundaries up to the bound, and every Mamba group's
-   block-multiple checkpoints up to the bound;
-2. the unit boundaries inside each attention group's first non-full block, and each Mamba
-   group's unit boundaries between its highest present checkpoint below the top of that
-   window and the top;
-3. only if the evaluation asked for a key below what was probed: each group's unit boundaries
-   from its highest known-present boundary below that key up to the key (at most twice, then
-   everything nameable as a last resort).
+1. every attention group's full-block boundaries up to the bound (the run is read from the
+   start, so every one is needed), and for every group the boundaries a descending search reads
+   first: its step multiples in (bound − 2·max(a, step), top] (step u in fine mode, else the
+   group's span);
+2. only when the evaluation read a key not probed yet: every group's unit boundaries around that
+   key, from the group's highest known-present boundary below it (at most w below it) up to w above
+   it, with w = max(L/8, a)·16^r on the r-th such round (at most four, then everything nameable).
 
-The full-block scan is downward closed, so round 1 already fixes where the attention hit can
-land; that is what keeps the probe count to O(N/s + s/u) instead of O(N/u · groups · ranks).
+A resend (the common case) is answered by round 1: O(N/s + a/u) keys per rank instead of vLLM's
+O(N/u · groups); a partial hit adds one round of O(L/u) keys per group.
 """
 
 from __future__ import annotations
@@ -88,54 +88,43 @@ class HybridLookup:
         self.state.present |= probe(fresh)
         self.state.probed |= set(fresh)
 
+    def _step(self, group: int) -> int:
+        """Return the spacing of the boundaries the rule reads for a group: u in fine mode, else its span."""
+        return self.u if self.fine else self.spans[group]
+
     def _first_round(self) -> list[tuple[int, int]]:
         keys = []
-        for i in range(len(self.kinds)):
-            step = self.spans[i]
-            keys += [(i, t) for t in range(step, self.bound + 1, step)]
+        for i, kind in enumerate(self.kinds):
+            if kind == "attention":
+                s = self.spans[i]
+                keys += [(i, t) for t in range(s, self.bound + 1, s)]
+            step = self._step(i)
+            lo = max(self.bound - 2 * max(self.a, step), 0) // step * step
+            keys += [(i, t) for t in range(lo + step, self.top + 1, step)]
         return keys
 
-    def _second_round(self) -> list[tuple[int, int]]:
-        if not self.fine:
-            return []
-        keys: list[tuple[int, int]] = []
-        hi_att = 0
-        for i, kind in enumerate(self.kinds):
-            if kind != "attention":
-                continue
-            s = self.spans[i]
-            nb = 0
-            while (nb + 1) * s <= self.bound and (i, (nb + 1) * s) in self.state.present:
-                nb += 1
-            hi = min((nb + 1) * s, self.top)
-            keys += [(i, t) for t in range(nb * s + self.u, hi + 1, self.u)]
-            hi_att = max(hi_att, hi)
-        hi_att = min(hi_att or self.bound, self.bound)
-        for i, kind in enumerate(self.kinds):
-            if kind == "mamba":
-                keys += self._window(i, hi_att)
-        return keys
-
-    def _window(self, group: int, t: int) -> list[tuple[int, int]]:
-        """Return the group's unit boundaries in (highest known-present boundary <= t, t]."""
+    def _window(self, group: int, t: int, width: int) -> list[tuple[int, int]]:
+        """Return the group's unit boundaries in (max(highest known-present boundary <= t, t − width), t + width]."""
         below = [x for x in self.state.sorted_present(group) if x <= t]
-        start = below[-1] if below else 0
-        return [(group, x) for x in range(start + self.u, t + 1, self.u)]
+        start = max(below[-1] if below else 0, t - width) // self.u * self.u
+        return [(group, x) for x in range(start + self.u, min(t + width, self.top) + 1, self.u)]
+
+    LAZY_ROUNDS = 4  # windows of width max(L/8, a)·16^r, r < LAZY_ROUNDS, then one complete probe
 
     def run(self, probe: Probe, legacy: bool = False) -> tuple[int, list[tuple[int, int]]]:
-        """Return (h, [(group, B_g)]) probing through `probe`; usually two or three probing rounds."""
+        """Return (h, [(group, B_g)]) probing through `probe`; one round for a resend, two for most partial hits."""
         if self.bound <= 0:
             return 0, []
         self._round(self._first_round(), probe)
-        self._round(self._second_round(), probe)
-        for _ in range(2):
+        for r in range(self.LAZY_ROUNDS):
             try:
                 h = self._hit()
                 return h, self._tails(h, legacy)
-            except NeedProbe as need:  # the answer lies below the probed windows: widen down to a present key
-                (g, t), = need.wanted
-                self._round([k for i in range(len(self.kinds)) for k in self._window(i, t)], probe)
-        # last resort, never needed in the cases measured: everything nameable
+            except NeedProbe as need:  # the evaluation read an unprobed key: probe around it in every group
+                (_, t), = need.wanted
+                width = max(self.L // 8, self.a) * 16 ** r
+                self._round([k for i in range(len(self.kinds)) for k in self._window(i, t, width)], probe)
+        # last resort: everything nameable
         self._round([(g, t) for g in range(len(self.kinds)) for t in range(self.u, self.top + 1, self.u)], probe)
         h = self._hit()
         return h, self._tails(h, legacy)

@@ -19,3 +19,15 @@ def test_transfer_bench_small_layout():
     assert r["iterations"] == 1 and r["put_bytes"] > 0 and r["get_bytes"] > 0
     assert r["same_bytes"]  # the implementation's load and the raw get brought the same bytes
     assert r["put_ratio"] > 0 and r["get_ratio"] > 0
+
+
+def test_lookup_bench_on_a_real_master():
+    """The lookup's probes go through a real master's batch_is_exist: the same hit and tails as the spec, one round for
+    a resend, and both call patterns timed (figures printed, not judged)."""
+    require("mooncake.store")
+    from kvspec.checks.bench import bench_lookup_master, format_bench
+    rows = bench_lookup_master((32_768,), ("vllm-0.34.0",))
+    print(format_bench({"lookup": rows}))
+    (r,) = rows
+    assert r["identical"] and r["rounds"] == 1 and r["hit_length"] == 32_640
+    assert r["master_ms"] > 0 and r["baseline_master_ms"] > 0
