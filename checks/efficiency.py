@@ -31,14 +31,17 @@ from kvspec.spec.invariants import compute_verdict_key
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
 from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
 from kvspec.spec.scenario import (
+    SPEC_STAGES,
     Outcome,
     Scenario,
+    Stages,
     StoredRequest,
-    compute_hit,
+    compute_scenario_lookup,
     compute_scenario_present,
     evaluate_scenario,
 )
-from kvspec.spec.store import compute_rule_store, compute_visible
+from kvspec.spec.schedule import BLOCK_SCHEDULE
+from kvspec.spec.store import Obj, compute_visible
 from kvspec.spec.types import Rank, Tokens
 
 from .exhaustive import compute_lengths, iterate_scenarios
@@ -55,21 +58,23 @@ class Instance:
 
 
 class Memo:
-    """A scenario's hit, outcome and physical best, each computed once per verdict key (spec/invariants.py:
-    compute_verdict_key: all that the evaluation reads of a scenario): a pass over several rule sets shares them."""
+    """A scenario's hit, outcome and physical best under the stages (the spec's, or a mutant's), each computed once
+    per verdict key (spec/invariants.py: compute_verdict_key: all that the spec's evaluation reads of a scenario) — a
+    pass over several rule sets shares them; under a mutant's stages once per scenario."""
 
-    def __init__(self) -> None:
+    def __init__(self, stages: Stages = SPEC_STAGES) -> None:
         self._seen: dict[tuple[Any, ...], Any] = {}
+        self.stages = stages
 
-    def _get(self, what: str, sc: Scenario, compute: Callable[[Scenario], Any]) -> Any:
-        key = (what, *compute_verdict_key(sc))
+    def _get(self, what: str, sc: Scenario, compute: Callable[[Scenario, Stages], Any]) -> Any:
+        key = (what, *compute_verdict_key(sc)) if self.stages is SPEC_STAGES else (what, sc)
         if key not in self._seen:
-            self._seen[key] = compute(sc)
+            self._seen[key] = compute(sc, self.stages)
         return self._seen[key]
 
     def hit(self, sc: Scenario) -> int:
-        """Return h (the lookup alone: spec/scenario.py: compute_hit)."""
-        return int(self._get("hit", sc, compute_hit))
+        """Return h (the lookup alone: spec/scenario.py: compute_scenario_lookup)."""
+        return int(self._get("hit", sc, lambda x, st: compute_scenario_lookup(x, st)[2].hit_length))
 
     def outcome(self, sc: Scenario) -> Outcome:
         """Return the whole evaluation (lookup, tails, plan)."""
@@ -79,10 +84,14 @@ class Memo:
         """Return the physical best E allows (spec/lookup.py: compute_physical_best)."""
         return int(self._get("best", sc, _physical_best))
 
+    def store(self, rules: str, g: Geometry, p: int) -> frozenset[Obj]:
+        """Return the objects one request of P tokens stores under the rule set (the stages' store rule)."""
+        return self.stages.store(get_rules(rules), g, Tokens(p), BLOCK_SCHEDULE)
 
-def _physical_best(sc: Scenario) -> Tokens:
+
+def _physical_best(sc: Scenario, stages: Stages) -> Tokens:
     rs = get_rules(sc.rules)
-    return compute_physical_best(compute_rule_geometry(rs, sc.geometry), compute_scenario_present(sc),
+    return compute_physical_best(compute_rule_geometry(rs, sc.geometry), compute_scenario_present(sc, stages),
                                  Tokens(sc.prompt), compute_lookahead(rs, sc.geometry))
 
 
@@ -122,7 +131,7 @@ def iterate_mono_evict(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance
         stored = (StoredRequest(prompt=p, shared=p),)
         base = memo.hit(Scenario(geometry=g, prompt=p, stored=stored, rules=rules))
         rs = get_rules(rules)
-        for gid, t in sorted(compute_visible(compute_rule_store(rs, g, Tokens(p)), Tokens(p), compute_lookahead(rs, g))):
+        for gid, t in sorted(compute_visible(memo.store(rules, g, p), Tokens(p), compute_lookahead(rs, g))):
             sc = Scenario(geometry=g, prompt=p, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
             h = memo.hit(sc)
             yield Instance(h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}")

@@ -18,6 +18,7 @@ from typing import Any, Protocol, cast
 import attrs
 
 from kvspec.spec.rules import STORE_PR53324, get_rules
+from kvspec.spec.scenario import SPEC_STAGES
 
 from .closed_form import VLLM_RULES
 from .exhaustive import (
@@ -275,7 +276,6 @@ class ExhaustiveCheck(SharedPass):
 
     def run(self, part: Any, fast: bool) -> Part:
         from kvspec.spec.invariants import compute_verdict_key
-        from kvspec.spec.scenario import SPEC_STAGES
         j, k = JUDGES[self.judge], len(self.rows)
         n, judged, secs = [0] * k, [0] * k, [0.0] * k
         bad: list[list[dict[str, Any]]] = [[] for _ in range(k)]
@@ -451,6 +451,13 @@ class MutantCheck(OneRow):
     def run(self, part: Any, fast: bool) -> Part:
         from .mutants import hunt
         m, t0 = self._mutant(), time.perf_counter()
+        if m.efficiency:  # a safe store rule that stores less: the efficiency rows under its stages must move
+            rows = [row for check in compute_property_checks(mutant=m.name, props=m.efficiency)
+                    for row in check.render([check.run(p, False) for p in check.parts(False)])]
+            bad = [row for row in rows if not row.ok]
+            return {"caught_by": [row.id for row in bad], "tried": sum(row.detail["scenarios"] for row in rows),
+                    "seconds": time.perf_counter() - t0,
+                    "counterexample": _find_efficiency_loss(m.name, bad[0].id) if bad else None}
         if m.closure:
             r = _run_failures(SCOPE_FAILURE, m.stages, fast=False, stop_at_first=True)
             caught = sorted({v for b in r["bad"] for v in b["violated"]})
@@ -469,6 +476,22 @@ class MutantCheck(OneRow):
                    seconds=r["seconds"], detail={"tried": r["tried"], "counterexample": r["counterexample"]}),)
 
 
+def _find_efficiency_loss(mutant: str, row_id: str) -> str | None:
+    """Return the explain command of the first instance of a property row that holds under the spec and not under the
+    mutant's stages (what the mutant loses), over the small scope."""
+    from .adapters import format_explain_command
+    from .efficiency import PROPERTIES, Memo
+    from .exhaustive import iterate_geometries
+    from .mutants import MUTANTS
+    prop, rules = row_id.split("/", 1)
+    stages = next(m.stages for m in MUTANTS if m.name == mutant)
+    for g in iterate_geometries(SCOPE_SMALL.dcps, SCOPE_SMALL.units, SCOPE_SMALL.max_q):
+        for spec, mine in zip(PROPERTIES[prop][1](g, rules, Memo()), PROPERTIES[prop][1](g, rules, Memo(stages))):
+            if spec.holds and not mine.holds:
+                return f"{format_explain_command(mine.scenario)}  # {mine.what} (the spec's rule: {spec.what})"
+    return None
+
+
 @attrs.frozen(kw_only=True)
 class PropertyCheck:
     """A cache-efficiency property (checks/efficiency.py) over every `sample`-th geometry of a scope, one row per rule
@@ -477,10 +500,11 @@ class PropertyCheck:
     verdict key (spec/invariants.py) equals one already read under another rule set takes its hit."""
 
     prop: str
-    rows: tuple[tuple[str, str], ...]  # (rule set, "holds" | "refuted")
+    rows: tuple[tuple[str, str, int | None], ...]  # (rule set, "holds" | "refuted", refutations measured at `sample`)
     sample: int = 1
     scope: Scope = SCOPE_SMALL
     budget_s: float = 5.0
+    mutant: str | None = None  # run under a mutant's stages (checks/mutants.py) instead of the spec's
 
     @property
     def id(self) -> str:
@@ -488,13 +512,13 @@ class PropertyCheck:
 
     @property
     def row_ids(self) -> tuple[str, ...]:
-        return tuple(f"{self.prop}/{rules}" for rules, _ in self.rows)
+        return tuple(f"{self.prop}/{rules}" for rules, _, _ in self.rows)
 
     @property
     def fast(self) -> bool:
         """Return whether `verify --fast` runs it: its rows expected to hold, on their sample; a refutation is not sure
         to show in a sample, so a row expected refuted runs only in full verify."""
-        return any(e == "holds" for _, e in self.rows)
+        return any(e == "holds" for _, e, _ in self.rows)
 
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return tuple(range(CHUNKS))
@@ -505,11 +529,15 @@ class PropertyCheck:
         from .exhaustive import iterate_geometries
         stride = self.sample * (FAST_SAMPLE if fast else 1)
         rows: dict[str, dict[str, Any]] = {rules: {"n": 0, "fails": 0, "above": 0, "bad": [], "seconds": 0.0}
-                                           for rules, e in self.rows if e == "holds" or not fast}
+                                           for rules, e, _ in self.rows if e == "holds" or not fast}
+        stages = SPEC_STAGES
+        if self.mutant is not None:
+            from .mutants import MUTANTS
+            stages = next(m.stages for m in MUTANTS if m.name == self.mutant)
         for i, g in enumerate(iterate_geometries(self.scope.dcps, self.scope.units, self.scope.max_q)):
             if i % stride or (i // stride) % CHUNKS != part:
                 continue
-            memo = Memo()  # this geometry's, under every rule set of the pass
+            memo = Memo(stages)  # this geometry's, under every rule set of the pass
             for rules, r in rows.items():
                 t0 = time.perf_counter()
                 for inst in PROPERTIES[self.prop][1](g, rules, memo):
@@ -525,22 +553,31 @@ class PropertyCheck:
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         from .efficiency import PROPERTIES
         out = []
-        for rules, expected in self.rows:
+        for rules, expected, count in self.rows:
             mine = [r["rows"][rules] for r in results if rules in r["rows"]]
             if not mine:  # not run (verify --fast leaves out the rows expected refuted)
                 continue
             n, fails, above = (sum(r[k] for r in mine) for k in ("n", "fails", "above"))
             first = next((r["bad"][0] for r in mine if r["bad"]), None)
             holds = fails == 0
-            ok = n > 0 and holds == (expected == "holds") and above == 0  # no instance: nothing shown, a failure
+            # no instance: nothing shown, a failure; a refuted row keeps its measured count (a store or lookup rule
+            # that loses more, or less, cache than it did is a change worth a look, even when it stays safe)
+            ok = (n > 0 and holds == (expected == "holds") and above == 0
+                  and (count is None or holds or fails == count))
             result = (f"holds on {n}" if holds else f"refuted: {fails} of {n}") + (f", {above} ABOVE the best"
                                                                                   if above else "")
+            if count is not None and not holds and fails != count:
+                result += f" (measured: {count})"
             detail: dict[str, Any] = {"scenarios": n, "refutations": fails, "rules": rules, "above_best": above}
             if first is not None:
                 detail["counterexample"] = first["what"]
                 detail["command"] = first["command"]
             if not ok:
                 detail["failures"] = [first or {"what": f"expected {expected}, found it holds on {n} instances"}]
+                if count is not None and not holds and fails != count:
+                    detail["failures"] = [{**(first or {}), "example": (first or {}).get("what"),
+                                           "what": f"{fails} refutations where {count} were measured: the rule set "
+                                                   f"uses the cache differently"}]
             every = f"one geometry in {self.sample} of " if self.sample > 1 else ""
             out.append(Row(id=f"{self.prop}/{rules}", method="exhaustive", statement=f"{PROPERTIES[self.prop][0]} "
                            f"[rules {rules}; {every}the scope '{self.scope.name}']", expected=expected, result=result,
@@ -548,21 +585,34 @@ class PropertyCheck:
         return tuple(out)
 
 
-# What each rule set achieves (measured; a change in either direction fails the row and is worth a look).
-EFFICIENCY: tuple[tuple[str, str, str, int], ...] = (  # (property, rule set, expected, sample)
-    ("BEST", "pr53324", "refuted", 11), ("BEST", "vllm-0.33.0", "refuted", 11),
-    ("RESEND", "pr53324", "refuted", 4), ("RESEND", "vllm-0.33.0", "holds", 3),
-    ("MONO-PREFIX", "pr53324", "holds", 7), ("MONO-PREFIX", "vllm-0.33.0", "holds", 7),
-    ("MONO-EVICT", "pr53324", "refuted", 7), ("MONO-EVICT", "vllm-0.33.0", "holds", 7),
-    ("MONO-MORE", "pr53324", "refuted", 13), ("MONO-MORE", "vllm-0.33.0", "holds", 13),
-    ("CONTENT", "pr53324", "refuted", 7), ("CONTENT", "vllm-0.33.0", "refuted", 7),
-    ("CONTENT", "vllm-0.33.0-lookahead", "holds", 7), ("BEST", "vllm-0.33.0-lookahead", "holds", 11),
-    ("RESEND", "vllm-0.33.0-lookahead", "holds", 3), ("MONO-EVICT", "vllm-0.33.0-lookahead", "holds", 7),
-    ("SPLIT", "vllm-0.34.0", "holds", 3), ("CONTENT", "vllm-0.34.0", "holds", 7),
+# What each rule set achieves (measured; a change in either direction fails the row and is worth a look): property,
+# rule set, expected, sample (one geometry in k), and for a refuted row its refutations at that sample (make verify-full
+# samples nothing and judges only holds / refuted).
+EFFICIENCY: tuple[tuple[str, str, str, int, int | None], ...] = (
+    ("BEST", "pr53324", "refuted", 11, 1058), ("BEST", "vllm-0.33.0", "refuted", 11, 280),
+    ("RESEND", "pr53324", "refuted", 4, 29456), ("RESEND", "vllm-0.33.0", "holds", 3, None),
+    ("MONO-PREFIX", "pr53324", "holds", 7, None), ("MONO-PREFIX", "vllm-0.33.0", "holds", 7, None),
+    ("MONO-EVICT", "pr53324", "refuted", 7, 341), ("MONO-EVICT", "vllm-0.33.0", "holds", 7, None),
+    ("MONO-MORE", "pr53324", "refuted", 13, 750), ("MONO-MORE", "vllm-0.33.0", "holds", 13, None),
+    ("CONTENT", "pr53324", "refuted", 7, 809), ("CONTENT", "vllm-0.33.0", "refuted", 7, 152),
+    ("CONTENT", "vllm-0.33.0-lookahead", "holds", 7, None), ("BEST", "vllm-0.33.0-lookahead", "holds", 11, None),
+    ("RESEND", "vllm-0.33.0-lookahead", "holds", 3, None), ("MONO-EVICT", "vllm-0.33.0-lookahead", "holds", 7, None),
+    ("SPLIT", "vllm-0.34.0", "holds", 3, None), ("CONTENT", "vllm-0.34.0", "holds", 7, None),
     # SGLang (issue 32): the draft-KV hazard of Mamba hybrids with EAGLE (plain page keys), closed by bigram keys; every
     # geometry of the scope SGLang runs (its configuration refuses the rest)
-    ("CONTENT", "sglang-0.5.23", "refuted", 1), ("CONTENT", "sglang-0.5.23-bigram", "holds", 1),
+    ("CONTENT", "sglang-0.5.23", "refuted", 1, 571), ("CONTENT", "sglang-0.5.23-bigram", "holds", 1, None),
 )
+
+
+def compute_property_checks(full: bool = False, mutant: str | None = None,
+                            props: tuple[str, ...] | None = None) -> list[PropertyCheck]:
+    """Return EFFICIENCY's rows as property checks, a property's rule sets of one sample in one pass (every geometry
+    and no pinned count when `full`; only `props`, under a mutant's stages, when given)."""
+    passes: dict[tuple[str, int], list[tuple[str, str, int | None]]] = {}
+    for p, r, e, k, n in EFFICIENCY:
+        if props is None or p in props:
+            passes.setdefault((p, 1 if full else k), []).append((r, e, None if full else n))
+    return [PropertyCheck(prop=p, rows=tuple(rows), sample=k, mutant=mutant) for (p, k), rows in passes.items()]
 
 
 @functools.lru_cache(maxsize=2)
@@ -590,10 +640,7 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     out.append(ExhaustiveCheck(rows=(("FAIL-exhaustive", SCOPE_FAILURE),) + tuple(  # F-7's capped re-lookup included
         (f"FAIL-exhaustive/{r}", attrs.evolve(SCOPE_FAILURE, name=f"failure-{r}", rules=r)) for r in VLLM_RULES),
         judge="failure", chunks=4))
-    passes: dict[tuple[str, int], list[tuple[str, str]]] = {}  # a property's rule sets of one sample: one pass
-    for p, r, e, k in EFFICIENCY:
-        passes.setdefault((p, 1 if full else k), []).append((r, e))
-    out += [PropertyCheck(prop=p, rows=tuple(rows), sample=k) for (p, k), rows in passes.items()]
+    out += compute_property_checks(full)
     out += [MutantCheck(id=f"MUT-{m.name}", mutant=m.name) for m in MUTANTS]
     return tuple(out)
 

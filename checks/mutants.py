@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 
 from kvspec.spec.errors import SpecError
-from kvspec.spec.geometry import Geometry, Parallel, compute_alignment, compute_span, is_fine
+from kvspec.spec.geometry import Geometry, Parallel, compute_alignment, compute_group_ids, compute_span, is_fine
 from kvspec.spec.invariants import compute_violations
 from kvspec.spec.lookup import (
     FINDERS,
@@ -24,9 +24,17 @@ from kvspec.spec.lookup import (
     find_mamba_hit,
 )
 from kvspec.spec.plan import LoadEntry, plan_load
-from kvspec.spec.rules import TAIL_HIT, TAIL_STORED
+from kvspec.spec.rules import STORE_PR53324, TAIL_HIT, TAIL_STORED, RuleSet
 from kvspec.spec.scenario import SPEC_STAGES, Scenario, Stages, evaluate_scenario
-from kvspec.spec.store import Obj, RankObj
+from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule
+from kvspec.spec.store import (
+    Obj,
+    RankObj,
+    compute_full_boundary,
+    compute_rule_store,
+    compute_sub_block_tail,
+    is_tail_stored,
+)
 from kvspec.spec.types import Boundary, GroupId, Tokens
 
 
@@ -161,14 +169,30 @@ def _safe_zero(g: Geometry, present: frozenset[Obj], h: Tokens, plan: Any, ok: A
     return h if all(ok) else Tokens(0)  # any failure discards the whole hit: safe, but not the largest
 
 
+def _tail_any_mamba_store(rules: RuleSet, g: Geometry, p: Tokens, schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
+    """The PR's store rule with its tail condition inverted: the partial tail dropped whenever T is a multiple of *any*
+    Mamba block size (the PR stores it unless T is a multiple of every one). Safe: it only stores less."""
+    out = compute_rule_store(rules, g, p, schedule)
+    t, mamba = compute_sub_block_tail(g, p), compute_group_ids(g, "mamba")
+    if rules.store != STORE_PR53324 or not is_tail_stored(g, p) or all(t % g.groups[m].block_size for m in mamba):
+        return out
+    full = compute_full_boundary(g, p)
+    return frozenset((gid, x) for gid, x in out if not (
+        (g.groups[gid].kind == "attention" and x > full) or (g.groups[gid].kind == "mamba" and int(x) == int(t)
+                                                             and t % g.groups[gid].block_size)))
+
+
 @attrs.frozen(kw_only=True)
 class Mutant:
-    """A known bug as a variant of the spec's stages; `closure` ones are hunted over partly failed loads."""
+    """A known bug as a variant of the spec's stages; `closure` ones are hunted over partly failed loads; a store rule
+    that only stores less is safe, so it is judged by cache-efficiency rows (`efficiency`: their properties, each row
+    of checks/manifest.py's EFFICIENCY for them run under the mutant's stages must keep its measured result)."""
 
     name: str
     bug: str
     stages: Stages
     closure: bool = False
+    efficiency: tuple[str, ...] = ()
 
 
 def _keeps_hit(g: Geometry, present: frozenset[Obj], h: Tokens, plan: Any, ok: Any) -> Tokens:
@@ -206,6 +230,9 @@ MUTANTS: tuple[Mutant, ...] = (
            stages=attrs.evolve(SPEC_STAGES, retry=_retry_same_hit), closure=True),
     Mutant(name="closure-safe-zero", bug="any failed block discards the whole hit (safe, but not the largest boundary)",
            stages=attrs.evolve(SPEC_STAGES, safe=_safe_zero), closure=True),
+    Mutant(name="store-tail-any-mamba", bug="the sub-block tail dropped when T is a multiple of any Mamba block size "
+                                            "(the PR: of every one); safe, stores less",
+           stages=attrs.evolve(SPEC_STAGES, store=_tail_any_mamba_store), efficiency=("RESEND",)),
 )
 
 

@@ -64,10 +64,10 @@ def test_vllm_resend_closed_form_at_scale(p, retention, eagle):
 def test_efficiency_rows_can_fail():
     """A property row expected to hold fails when it is refuted, and one expected refuted fails when it holds."""
     from kvspec.checks.manifest import PropertyCheck
-    wrong = PropertyCheck(prop="MONO-EVICT", rows=(("pr53324", "holds"),), sample=7)
+    wrong = PropertyCheck(prop="MONO-EVICT", rows=(("pr53324", "holds", None),), sample=7)
     (row,) = wrong.render([wrong.run(k, True) for k in wrong.parts(True)])
     assert not row.ok and row.detail["command"].startswith("kvspec explain")
-    wrong = PropertyCheck(prop="RESEND", rows=(("vllm-0.33.0", "refuted"),), sample=3)  # not in --fast: run it whole
+    wrong = PropertyCheck(prop="RESEND", rows=(("vllm-0.33.0", "refuted", None),), sample=3)  # not in --fast: run it whole
     assert not wrong.render([wrong.run(k, False) for k in wrong.parts(False)])[0].ok
 
 
@@ -94,3 +94,34 @@ def test_bench_efficiency_tables_and_plot(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["bench", "--efficiency-only", "--quick", "--plot", str(tmp_path / "no" / "dir" / "x.png")])
     assert exc.value.code == 2 and "output-file" in capsys.readouterr().err
+
+
+def test_a_store_rule_that_stores_less_is_caught_by_the_efficiency_rows():
+    """Issue 30: the registry cannot see a safe store rule that stores less (every hit is still the best E allows), so
+    the efficiency rows judge the store rule: the PR's tail condition inverted (drop T when it is a multiple of *any*
+    Mamba block size) loses resends the PR's rule hits — Kimi-style two-Mamba preset: 12 → 0 — and moves the pinned
+    refutation count of RESEND/pr53324."""
+    from kvspec.checks.efficiency import Memo, iterate_resend
+    from kvspec.checks.mutants import MUTANTS
+    m = next(x for x in MUTANTS if x.name == "store-tail-any-mamba")
+    g = get_preset("tiny-two-mamba")
+    sc = Scenario(geometry=g, prompt=18, stored=(StoredRequest(prompt=18, shared=18),), rules="pr53324")
+    assert evaluate_scenario(sc).hit_length == 12 and evaluate_scenario(sc, m.stages).hit_length == 0
+    g = make_geometry(1, [("attention", 1, True), ("mamba", 1, False), ("mamba", 2, False)])  # make verify's example
+    spec = [i.holds for i in iterate_resend(g, "pr53324", Memo())]
+    mine = [i.holds for i in iterate_resend(g, "pr53324", Memo(m.stages))]
+    assert sum(mine) < sum(spec) and not any(b and not a for a, b in zip(spec, mine))
+
+
+def test_a_refuted_row_keeps_its_measured_count():
+    """A refuted efficiency row fails when its refutation count moves (either way), naming both counts; without a
+    pinned count (make verify-full) only holds / refuted is judged."""
+    from kvspec.checks.manifest import PropertyCheck
+    part = {"rows": {"pr53324": {"n": 100, "fails": 7, "above": 0, "bad": [{"command": "kvspec explain …",
+                                                                             "what": "h 0 vs best 1"}],
+                                 "seconds": 0.1}}}
+    for count, ok in ((7, True), (6, False), (8, False), (None, True)):
+        (row,) = PropertyCheck(prop="RESEND", rows=(("pr53324", "refuted", count),)).render([part])
+        assert row.ok is ok, (count, row)
+        if not ok:
+            assert f"(measured: {count})" in row.result and "7 refutations where" in row.detail["failures"][0]["what"]
