@@ -32,3 +32,27 @@ def master(tmp_path_factory):
     m = start_master(str(tmp_path_factory.mktemp("master")))
     yield m
     m.stop()
+
+
+# ---------------------------------------------------------------- the suite's own speed, with its calibration
+_START: dict[str, float] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start the suite's clocks: wall, and CPU of this process and the processes it waited for."""
+    import time
+
+    from kvspec.checks.calibration import measure_cpu_seconds
+    _START.update(wall=time.perf_counter(), cpu=measure_cpu_seconds())
+
+
+def pytest_terminal_summary(terminalreporter: object, exitstatus: int, config: pytest.Config) -> None:
+    """Print the suite's wall and CPU time with this machine's calibration measured now (a figure in loop units)."""
+    import time
+
+    from kvspec.checks.calibration import format_calibrated, measure_calibration, measure_cpu_seconds
+    if not _START or os.environ.get("KVSPEC_NO_CALIBRATION"):
+        return
+    wall, cpu = time.perf_counter() - _START["wall"], measure_cpu_seconds() - _START["cpu"]
+    line = f"kvspec test suite: {format_calibrated(wall, cpu, measure_calibration())}"
+    getattr(terminalreporter, "write_line")(line)
