@@ -17,6 +17,7 @@ import attrs
 from kvspec import __version__
 from kvspec.spec.errors import SpecError, require
 from kvspec.spec.geometry import Geometry, Group, Parallel, resolve_kind
+from kvspec.spec.limits import MAX_SHARDS, RULE_LIMIT_SHARDS
 from kvspec.spec.presets import PRESETS, get_preset
 from kvspec.spec.rules import DEFAULT_RULES, LEGACY_SWITCH_RULES, RULE_SETS, get_rules
 from kvspec.spec.scenario import (
@@ -204,7 +205,7 @@ def compute_why(scenario: Scenario, outcome: Outcome) -> str | None:
     s = capping[-1] if outcome.hit_length > 0 else next(x for x in capping if x.result == 0)
     g = scenario.geometry
     kind = g.groups[s.members[0]].kind
-    have = sorted(t for gid, t in outcome.present if gid in s.members and t <= s.search_bound)
+    have = _present_up_to(outcome, s.members, s.search_bound)
     lost = sorted({(gid, t) for gid, t, _ in scenario.evicted if gid in s.members and s.result < t <= s.search_bound})
     dropped_only = s.eagle_drop and s.result + g.unit >= s.bound  # the chain reached the bound; the drop cut it
     if dropped_only:
@@ -221,6 +222,24 @@ def compute_why(scenario: Scenario, outcome: Outcome) -> str | None:
     if lost:
         line += f"; evicted there: {[t for _, t in lost]}"
     return line + ")"
+
+
+def _present_up_to(outcome: Outcome, members: Sequence[int], bound: int, keep: int = 4) -> list[int]:
+    """Return the boundaries present for some member at or below the bound (only the last `keep`, above the first
+    ones, when E is runs: listing them would grow with the prompt)."""
+    from kvspec.spec.boundaries import EMPTY, Objects, compute_at_most, find_max
+    if not isinstance(outcome.present, Objects):
+        return sorted(t for gid, t in outcome.present if gid in members and t <= bound)
+    out: set[int] = set()
+    for m in members:
+        b = compute_at_most(outcome.present.by_group.get(GroupId(m), EMPTY), bound)
+        top: int | None = bound + 1
+        for _ in range(keep):
+            top = find_max(b, 0, top - 1) if top is not None else None
+            if top is None:
+                break
+            out.add(top)
+    return sorted(out)[-keep:]
 
 
 def format_ranks(scenario: Scenario, outcome: Outcome, model: str = "kvspec-model") -> str:
@@ -307,6 +326,8 @@ def format_schedule(scenario: Scenario) -> list[str]:
 def format_table(scenario: Scenario, outcome: Outcome) -> str:
     """Return the readable explanation of one scenario."""
     d = encode_outcome(scenario, outcome)
+    if d.get("form") == "compact":
+        return format_compact_table(scenario, outcome, d)
     geo = d["geometry"]
     out = [f"geometry: D={geo['dcp']} u={geo['unit']} L={geo['lcm_span']} fine={geo['fine']} "
            f"a={geo['alignment']} retention={geo['retention']}  rules: {scenario.rules}"]
@@ -342,7 +363,57 @@ def format_table(scenario: Scenario, outcome: Outcome) -> str:
     return "\n".join(out)
 
 
-def _run_scenarios(path: str, check: bool = False) -> int:
+def _format_runs(entry: dict[str, Any]) -> str:
+    """Return one group's compact E: 'k·s for s ≤ k·s ≤ last' per run, then its points, less its evicted members."""
+    parts = [f"every {step} from {first} to {last} ({(last - first) // step + 1})" for first, step, last in entry["runs"]]
+    if entry["points"]:
+        parts.append(_short(entry["points"]))
+    out = " + ".join(parts) or "-"
+    return out + (f", less evicted {_short(entry['evicted'])}" if entry["evicted"] else "")
+
+
+def format_compact_table(scenario: Scenario, outcome: Outcome, d: dict[str, Any]) -> str:
+    """Return the readable explanation of a scenario past the explicit limit: E and the plan as runs."""
+    geo = d["geometry"]
+    out = [f"geometry: D={geo['dcp']} u={geo['unit']} L={geo['lcm_span']} fine={geo['fine']} "
+           f"a={geo['alignment']} retention={geo['retention']}  rules: {scenario.rules}",
+           f"past the explicit limit ({MAX_SHARDS} rank shards): E and the load plan as runs (--explicit lists them)"]
+    out.append("  group  kind       block  span   eagle  stored boundaries (present in E)")
+    runs = {e["group"]: e for e in d["stored"]}
+    for g in geo["groups"]:
+        shown = _format_runs(runs[g["id"]]) if g["id"] in runs else "-"
+        out.append(f"  {g['id']:<5}  {g['kind']:<9}  {g['block_size']:<5}  {g['span']:<5}  "
+                   f"{'yes' if g['eagle'] else 'no':<5}  {shown}")
+    out.extend(format_schedule(scenario))
+    out.append(f"lookup: N={scenario.prompt}")
+    for st in outcome.lookup.steps if outcome.lookup is not None else ():
+        what = (f"find  bound {st.bound}" + (f" peek {st.search_bound}" if st.search_bound != st.bound else "")
+                + (" eagle-drop" if st.eagle_drop else "")) if st.action == "find" else f"cap   at {st.bound}"
+        rnd = " (N-1 re-derivation)" if st.round else ""
+        out.append(f"  pass {st.pass_no}{rnd}: spec group {st.spec_group} {list(st.members)}: {what} -> {st.result}")
+    out.append(f"hit length: {d['hit_length']}")
+    why = compute_why(scenario, outcome)
+    if why:
+        out.append(why)
+    if d["error"]:
+        out.append(f"error: {d['error']['rule']}: {d['error']['message']}")
+    out.append("tail boundaries: " + (", ".join(f"group {t['group']} @ {t['boundary']}" for t in d["tail_boundaries"])
+                                      or "none (h = 0)"))
+    out.append("load plan (whole physical blocks; only [0, h) counts as computed):")
+    for r in d["load"]:
+        s, first, last = r["span"], r["first_block"], r["last_block"]
+        blocks = (f"blocks {first}..{last}: [{first * s}, {d['hit_length']}), each keyed at its block end, block "
+                  f"{last} at {r['tail_key']}") if last > first else \
+            f"block {last}: [{last * s}, {d['hit_length']}) keyed at {r['tail_key']}"
+        missing = (f"NOT present (-704 at load): blocks {_short(r['absent_blocks'])}" if r["absent_blocks"]
+                   else "all present")
+        out.append(f"  group {r['group']} {blocks}; {missing}")
+    if not d["load"]:
+        out.append("  (nothing to load)")
+    return "\n".join(out)
+
+
+def _run_scenarios(path: str, check: bool = False, explicit: bool = False) -> int:
     try:
         stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed by `with` below
     except OSError as exc:
@@ -365,7 +436,7 @@ def _run_scenarios(path: str, check: bool = False) -> int:
                 continue
             try:
                 sc = decode_scenario(_parse_json(line, f"line {lineno}", "scenario-json"))
-                result = encode_outcome(sc, evaluate_scenario(sc))
+                result = encode_outcome(sc, evaluate_scenario(sc), explicit)
             except SpecError as err:
                 result = encode_error(err)
             except RecursionError:
@@ -377,7 +448,8 @@ def _run_scenarios(path: str, check: bool = False) -> int:
 
 def _fails_check(result: dict[str, Any]) -> bool:
     """Return whether a result fails --check: an error, or a planned load key that is not present."""
-    return result["error"] is not None or any(not e["present"] for e in result["load"])
+    return result["error"] is not None or any(not e.get("present", True) or e.get("absent_blocks")
+                                              for e in result["load"])
 
 
 _SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "interleave", "pcp", "stored_prompt", "stored",
@@ -392,13 +464,18 @@ def _explain(args: argparse.Namespace) -> int:
         if given:  # each line says its own scenario: a flag beside --scenarios would be ignored, so refuse it
             raise SpecError("cli-usage", f"--scenarios takes its scenarios from the file and answers JSON lines; "
                                          f"drop {', '.join(given)}")
-        return _run_scenarios(args.scenarios, check=args.check)
+        return _run_scenarios(args.scenarios, check=args.check, explicit=args.explicit)
     if args.ranks and args.json:
         raise SpecError("cli-usage", "--ranks prints the per-rank view as text; with --json it would be ignored: "
                                      "drop one (the JSON result has the load plan; `keys check` has rank detail)")
     sc = _scenario(args)
     outcome = evaluate_scenario(sc)
-    result = encode_outcome(sc, outcome)
+    if outcome.load_runs is not None and (args.svg or args.ranks):
+        raise SpecError(RULE_LIMIT_SHARDS, f"--{'svg' if args.svg else 'ranks'} draws every block of every rank, and "
+                                           f"this scenario is past the explicit limit (spec/limits.py: MAX_SHARDS "
+                                           f"{MAX_SHARDS} rank shards): it is answered on runs; drop the flag, or "
+                                           f"look at a shorter prompt")
+    result = encode_outcome(sc, outcome, args.explicit)
     provenance = getattr(args, "vllm_provenance", None)
     if provenance is not None:
         result["from_vllm"] = {"file": args.from_vllm, "mapping": [{"field": f, "from": src} for f, src in provenance]}
@@ -596,6 +673,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="JSON lines, one scenario each (keys as in --json's input; - for stdin); one result line "
                           "each, an error object for a bad line; excludes the flags above")
     out.add_argument("--json", action="store_true", help="print the result (and errors) as JSON on stdout")
+    out.add_argument("--explicit", action="store_true",
+                     help="list E and the load plan object by object even past the explicit limit (where they are "
+                          "otherwise runs: first..last by step; the listing grows with the prompt)")
     out.add_argument("--svg", metavar="FILE",
                      help="also draw the block layout (every group and rank; loaded, missing, stored blocks; "
                           "the unit grid, h and the tail keys) as SVG")

@@ -14,6 +14,8 @@ rows state per rule set whether the property holds (or is refuted, with a runnab
 * ``MONO-MORE`` — storing one more request never lowers the hit.
 * ``CONTENT`` — every loaded byte equals what the reader computes itself (``spec/content.py``): the
   draft-KV hazard is a refutation under the legacy hashes, closed by hash lookahead.
+* ``COMPACT`` — the spec answered on runs and points (spec/boundaries.py), as scenarios past the explicit
+  limit are, equals the explicit spec on every scenario: E, h, tails, load plan, error.
 * ``SPLIT`` — a rule set whose λ applies only with a drafter (``vllm-0.34.0``) equals its predecessor
   without one and its λ-everywhere sibling with one, scenario by scenario.
 """
@@ -185,6 +187,19 @@ def iterate_split(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
                                  f"h {theirs.hit_length}, tails {list(theirs.tails)}")
 
 
+def iterate_compact(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+    """Yield, per scenario of the geometry's scope, whether the spec answered on runs and points (spec/boundaries.py:
+    what scenarios past the explicit limit get) equals the explicit spec: E, h, the tails, the load plan, the error."""
+    for sc in iterate_scenarios(g, rules=rules):
+        mine, theirs = evaluate_scenario(sc, compact=True), memo.outcome(sc)
+        runs = tuple(e for r in mine.load_runs or () for e in r.entries())
+        err = (mine.error and mine.error.rule, theirs.error and theirs.error.rule)
+        same = (frozenset(mine.present) == theirs.present and mine.hit_length == theirs.hit_length
+                and mine.tails == theirs.tails and runs == theirs.load and err[0] == err[1])
+        yield Instance(same, sc, f"compact: h {mine.hit_length}, tails {list(mine.tails)}, {len(runs)} blocks; "
+                                 f"explicit: h {theirs.hit_length}, tails {list(theirs.tails)}, {len(theirs.load)} blocks")
+
+
 PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str, Memo], Iterator[Instance]]]] = {
     "BEST": ("h equals the physical best E allows (largest multiple of a below N every group can serve, tail keys up "
              "to ⌊N/u⌋·u); above it would be unsafe", iterate_best),
@@ -195,6 +210,8 @@ PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str, Memo], Iterator[Instan
     "MONO-MORE": ("storing one more request never lowers the hit", iterate_mono_more),
     "CONTENT": ("every loaded byte equals what the reader computes (attention at p on [0, p], draft at p on "
                 "[0, p + 1], Mamba after t on [0, t); spec/content.py)", iterate_content),
+    "COMPACT": ("the spec on runs and points (what a scenario past the explicit limit gets: spec/boundaries.py) answers "
+                "as the explicit spec: E, h, tails, load plan, error", iterate_compact),
     "SPLIT": ("the rule set's outcome is its predecessor's without an EAGLE-family drafter and its λ-everywhere "
               "sibling's with one (E, h, tails, load plan), so both families' safety theorems hold for it",
               iterate_split),

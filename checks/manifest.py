@@ -601,6 +601,10 @@ EFFICIENCY: tuple[tuple[str, str, str, int, int | None], ...] = (
     # SGLang (issue 32): the draft-KV hazard of Mamba hybrids with EAGLE (plain page keys), closed by bigram keys; every
     # geometry of the scope SGLang runs (its configuration refuses the rest)
     ("CONTENT", "sglang-0.5.23", "refuted", 1, 571), ("CONTENT", "sglang-0.5.23-bigram", "holds", 1, None),
+    # issue 30: the explicit spec is the cross-check of the spec on runs and points (the scale path), per store rule
+    ("COMPACT", "pr53324", "holds", 13, None), ("COMPACT", "vllm-0.33.0", "holds", 13, None),
+    ("COMPACT", "vllm-0.34.0", "holds", 13, None), ("COMPACT", "legacy", "holds", 13, None),
+    ("COMPACT", "sglang-0.5.23", "holds", 1, None),
 )
 
 

@@ -15,6 +15,7 @@ from kvspec.spec.geometry import Geometry, Parallel, compute_alignment, compute_
 from kvspec.spec.invariants import compute_violations
 from kvspec.spec.lookup import (
     FINDERS,
+    Have,
     LookupResult,
     SpecGroup,
     compute_fixed_point,
@@ -87,7 +88,7 @@ def _drop_on_load_plan(g: Geometry, present: frozenset[Obj], h: Tokens, tails: A
     return plan_load(g, present, h2, compute_tail_boundaries(g, present, Tokens(h), h2) if h2 > 0 else ())
 
 
-def _mamba_margin_finder(g: Geometry, sg: SpecGroup, have: frozenset[Boundary], cur: Tokens, max_len: Tokens,
+def _mamba_margin_finder(g: Geometry, sg: SpecGroup, have: Have, cur: Tokens, max_len: Tokens,
                          drop: bool) -> tuple[Tokens, Tokens]:
     """#43559: Mamba searched past the candidate with the EAGLE peek margin."""
     if not any(gr.eagle for gr in g.groups):
@@ -143,7 +144,7 @@ def _backward_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, 
     return _tails_picking(g, present, h, pick)
 
 
-def _double_drop_finder(g: Geometry, sg: SpecGroup, have: frozenset[Boundary], cur: Tokens, max_len: Tokens,
+def _double_drop_finder(g: Geometry, sg: SpecGroup, have: Have, cur: Tokens, max_len: Tokens,
                         drop: bool) -> tuple[Tokens, Tokens]:
     """The EAGLE drop taken twice: safe (a shorter hit), but not the best hit E allows."""
     search, hit = FINDERS["attention"](g, sg, have, cur, max_len, drop)
@@ -184,9 +185,11 @@ def _tail_any_mamba_store(rules: RuleSet, g: Geometry, p: Tokens, schedule: Sche
 
 @attrs.frozen(kw_only=True)
 class Mutant:
-    """A known bug as a variant of the spec's stages; `closure` ones are hunted over partly failed loads; a store rule
-    that only stores less is safe, so it is judged by cache-efficiency rows (`efficiency`: their properties, each row
-    of checks/manifest.py's EFFICIENCY for them run under the mutant's stages must keep its measured result)."""
+    """A known bug as a variant of the spec's stages; `closure` ones are hunted over partly failed loads. A store rule
+    that only stores less is safe: hunted, MAX-HIT sees it only because it judges against the spec's own E; were the
+    spec's store rule written that way, that E would shrink with it and only the cache-efficiency rows would notice —
+    so such a mutant's row runs those (`efficiency`: their properties, each row of checks/manifest.py's EFFICIENCY run
+    under the mutant's stages must keep its measured result)."""
 
     name: str
     bug: str

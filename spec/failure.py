@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .geometry import Geometry, compute_alignment, compute_group_ids
-from .lookup import compute_group_present
+from .lookup import ObjSet, compute_group_present
 from .plan import LoadEntry
-from .store import Obj
 from .types import GroupId, Tokens
 
 DEFAULT_MAX_RETRIES = 2
@@ -35,7 +34,7 @@ def compute_loaded_prefix(geometry: Geometry, group: GroupId, hit: Tokens, plan:
     return Tokens(min(end, hit))
 
 
-def compute_safe_boundary(geometry: Geometry, present: frozenset[Obj], hit: Tokens, plan: Sequence[LoadEntry],
+def compute_safe_boundary(geometry: Geometry, present: ObjSet, hit: Tokens, plan: Sequence[LoadEntry],
                           ok: Sequence[bool]) -> Tokens:
     """Return the largest b <= h with every attention prefix [0, b) loaded and every Mamba state at b usable."""
     if hit <= 0:

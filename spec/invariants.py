@@ -27,11 +27,10 @@ import attrs
 from .content import KIND_ATTENTION, KIND_MAMBA, compute_dependency_end_of
 from .failure import compute_loaded_prefix
 from .geometry import Geometry, compute_alignment, compute_group_ids, compute_span
-from .lookup import compute_best_hit, compute_group_present, compute_lookup, compute_tail_block
+from .lookup import ObjSet, compute_best_hit, compute_group_present, compute_lookup, compute_tail_block
 from .ops import IntOps
 from .rules import compute_lookahead, compute_rule_geometry, get_rules
 from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_scenario_present
-from .store import Obj
 from .types import GroupId, Tokens
 
 MISSING = -1  # tail boundary of a group whose tail key could not be found
@@ -432,7 +431,7 @@ def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool
 
 
 @functools.lru_cache(maxsize=256)  # the load results of one scenario mostly share their cap
-def compute_retry_hit(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, cap: Tokens, lookahead: int) -> Tokens:
+def compute_retry_hit(geometry: Geometry, present: ObjSet, prompt: Tokens, cap: Tokens, lookahead: int) -> Tokens:
     """Return the hit of the spec's own lookup of N tokens capped at `cap` (the retry after a failed load)."""
     return compute_lookup(geometry, present, prompt, cap=cap, lookahead=lookahead).hit_length
 

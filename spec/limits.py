@@ -19,7 +19,10 @@ MAX_GROUPS = 64  # KV-cache groups (real hybrids have 2-4)
 MAX_BLOCK = 1 << 24  # tokens per block per rank
 MAX_PROMPT = 1 << 40  # tokens in one request
 MAX_STORED = 64  # stored requests in one scenario
-MAX_SHARDS = 1 << 15  # rank shards a scenario may name: D * (groups' blocks over the longest prompt + objects)
+MAX_SHARDS = 1 << 15  # rank shards the explicit spec lists: D * (groups' blocks over the longest prompt + objects);
+#                       past it a scenario of stored requests is answered on runs and points (spec/boundaries.py)
+MAX_EVICTED = 1 << 15  # evicted shards one scenario lists
+MAX_CHUNK_ENDS = 1 << 16  # chunk ends the stored prefills' schedules may name in all, past the explicit limit
 
 RULE_LIMIT_DCP = "limit-dcp"
 RULE_LIMIT_PCP = "limit-pcp"
@@ -28,6 +31,8 @@ RULE_LIMIT_BLOCK = "limit-block"
 RULE_LIMIT_PROMPT = "limit-prompt"
 RULE_LIMIT_STORED = "limit-stored"
 RULE_LIMIT_SHARDS = "limit-shards"
+RULE_LIMIT_EVICTED = "limit-evicted"
+RULE_LIMIT_CHUNKS = "limit-chunks"
 
 
 def check_count(value: int, limit: int, rule: str, what: str) -> None:

@@ -6,15 +6,49 @@ E is the set of present (group, boundary) objects in the lookup request's own ha
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable, Mapping
+from typing import cast
 
 import attrs
 
+from .boundaries import (
+    Boundaries,
+    Objects,
+    compute_group_boundaries,
+    compute_intersection,
+    compute_whole_run,
+    find_max,
+    find_min,
+    has_boundary,
+)
 from .errors import SpecError
 from .geometry import Geometry, compute_alignment, compute_span, is_eagle_spec, is_fine
 from .rules import TAIL_HIT, TAIL_STORED
 from .store import Obj
 from .types import Boundary, GroupId, Tokens
+
+ObjSet = frozenset[Obj] | Objects  # E: listed, or held per group as runs and points (spec/boundaries.py)
+Have = frozenset[Boundary] | Boundaries  # one spec group's present boundaries, in either form
+
+
+def find_largest_in(have: Have, lo: int, hi: int, mod: int = 1) -> int | None:
+    """Return max{t ∈ have : lo < t <= hi, mod | t}, None when there is none."""
+    if isinstance(have, Boundaries):
+        return find_max(have, lo, hi, mod)
+    return max((t for t in have if lo < t <= hi and t % mod == 0), default=None)
+
+
+def find_smallest_in(have: Have, lo: int, hi: int, mod: int = 1) -> int | None:
+    """Return min{t ∈ have : lo < t <= hi, mod | t}, None when there is none."""
+    if isinstance(have, Boundaries):
+        return find_min(have, lo, hi, mod)
+    return min((t for t in have if lo < t <= hi and t % mod == 0), default=None)
+
+
+def is_present_in(have: Have, t: int) -> bool:
+    """Return whether t ∈ have."""
+    return has_boundary(have, t) if isinstance(have, Boundaries) else t in have
 
 RULE_TAIL_MISSING = "tail-key-missing"
 
@@ -77,8 +111,10 @@ def compute_spec_groups(geometry: Geometry) -> tuple[SpecGroup, ...]:
 
 
 @functools.lru_cache(maxsize=64)  # one present set is read by the fixed point, the best hit and the witness
-def compute_present_by_group(present: frozenset[Obj]) -> Mapping[GroupId, frozenset[Boundary]]:
+def compute_present_by_group(present: ObjSet) -> Mapping[GroupId, Have]:
     """Return each group's present boundaries: {g: {t : (g, t) ∈ E}} (groups with none left out)."""
+    if isinstance(present, Objects):
+        return present.by_group
     per: dict[GroupId, set[Boundary]] = {}
     for g, t in present:
         per.setdefault(g, set()).add(t)
@@ -86,9 +122,14 @@ def compute_present_by_group(present: frozenset[Obj]) -> Mapping[GroupId, frozen
 
 
 @functools.lru_cache(maxsize=256)
-def compute_group_present(present: frozenset[Obj], members: tuple[GroupId, ...]) -> frozenset[Boundary]:
+def compute_group_present(present: ObjSet, members: tuple[GroupId, ...]) -> Have:
     """Return the boundaries present for every member of a spec group: ∩_m {t : (m, t) ∈ E}."""
-    per = compute_present_by_group(present)
+    if isinstance(present, Objects):
+        out_b = compute_group_boundaries(present, members[0])
+        for m in members[1:]:
+            out_b = compute_intersection(out_b, compute_group_boundaries(present, m))
+        return out_b
+    per = cast(Mapping[GroupId, frozenset[Boundary]], compute_present_by_group(present))
     out = per.get(members[0], frozenset())
     for m in members[1:]:
         out = out & per.get(m, frozenset())
@@ -100,38 +141,33 @@ def compute_peek_margin(geometry: Geometry, span: Tokens) -> Tokens:
     return Tokens(geometry.unit if is_fine(geometry) and span > geometry.unit else span)
 
 
-def find_attention_hit(geometry: Geometry, span: Tokens, have: frozenset[Boundary], bound: Tokens,
+def find_attention_hit(geometry: Geometry, span: Tokens, have: Have, bound: Tokens,
                        drop: bool) -> Tokens:
     """Return an attention spec group's hit: full blocks, then the first non-full block's unit boundaries, then the EAGLE drop."""
     u, a = geometry.unit, compute_alignment(geometry)
-    nb = 0
-    while (nb + 1) * span <= bound and (nb + 1) * span in have:
-        nb += 1
+    nb = min(compute_full_run(have, span), bound // span)
     hit = nb * span
     if is_fine(geometry):
         top = min((nb + 1) * span - u, bound // u * u)
-        inside = [t for t in have if nb * span < t <= top and t % u == 0]
-        if inside:
-            hit = max(inside)
+        inside = find_largest_in(have, nb * span, top, u)
+        if inside is not None:
+            hit = inside
     if drop and hit > 0:
         hit -= min(a, span)
     return Tokens(max(hit, 0) // a * a)
 
 
-def find_mamba_hit(geometry: Geometry, block_size: int, have: frozenset[Boundary], bound: Tokens) -> Tokens:
+def find_mamba_hit(geometry: Geometry, block_size: int, have: Have, bound: Tokens) -> Tokens:
     """Return a Mamba spec group's hit: its highest present boundary within the bound (a multiple of u, or of b and a)."""
     u, a = geometry.unit, compute_alignment(geometry)
-    if is_fine(geometry):
-        ok = [t for t in have if t <= bound and t % u == 0]
-    else:
-        ok = [t for t in have if t <= bound and t % block_size == 0 and t % a == 0]
-    return Tokens(max(ok, default=0))
+    mod = u if is_fine(geometry) else math.lcm(block_size, a)
+    return Tokens(find_largest_in(have, 0, bound, mod) or 0)
 
 
-Finder = Callable[[Geometry, SpecGroup, frozenset[Boundary], Tokens, Tokens, bool], tuple[Tokens, Tokens]]
+Finder = Callable[[Geometry, SpecGroup, Have, Tokens, Tokens, bool], tuple[Tokens, Tokens]]
 
 
-def run_attention_finder(geometry: Geometry, sg: SpecGroup, have: frozenset[Boundary], cur: Tokens,
+def run_attention_finder(geometry: Geometry, sg: SpecGroup, have: Have, cur: Tokens,
                          max_len: Tokens, drop: bool) -> tuple[Tokens, Tokens]:
     """Return (search bound, hit) of an attention spec group asked to accept cur; the peek margin only with the drop."""
     span = compute_span(geometry, sg.members[0])
@@ -139,7 +175,7 @@ def run_attention_finder(geometry: Geometry, sg: SpecGroup, have: frozenset[Boun
     return search, find_attention_hit(geometry, span, have, search, drop)
 
 
-def run_mamba_finder(geometry: Geometry, sg: SpecGroup, have: frozenset[Boundary], cur: Tokens,
+def run_mamba_finder(geometry: Geometry, sg: SpecGroup, have: Have, cur: Tokens,
                      max_len: Tokens, drop: bool) -> tuple[Tokens, Tokens]:
     """Return (search bound, hit) of a Mamba spec group: never a margin, never a drop (#43559)."""
     return cur, find_mamba_hit(geometry, sg.block_size, have, cur)
@@ -148,7 +184,7 @@ def run_mamba_finder(geometry: Geometry, sg: SpecGroup, have: frozenset[Boundary
 FINDERS: Mapping[str, Finder] = {"attention": run_attention_finder, "mamba": run_mamba_finder}
 
 
-def compute_fixed_point(geometry: Geometry, present: frozenset[Obj], max_len: Tokens, round_no: int = 0,
+def compute_fixed_point(geometry: Geometry, present: ObjSet, max_len: Tokens, round_no: int = 0,
                         finders: Mapping[str, Finder] = FINDERS) -> tuple[Tokens, tuple[StepRecord, ...]]:
     """Return the length every spec group accepts, starting from max_len, and the trace."""
     groups = compute_spec_groups(geometry)
@@ -194,7 +230,7 @@ def compute_fixed_point(geometry: Geometry, present: frozenset[Obj], max_len: To
     return hit, tuple(steps)
 
 
-def compute_lookup(geometry: Geometry, present: frozenset[Obj], prompt: Tokens,
+def compute_lookup(geometry: Geometry, present: ObjSet, prompt: Tokens,
                    finders: Mapping[str, Finder] = FINDERS, cap: Tokens | None = None,
                    lookahead: int = 0) -> LookupResult:
     """Return the hit length h for N tokens: bound ⌊(N − λ)/a⌋·a (and <= cap), re-derived below N when h >= N."""
@@ -212,33 +248,35 @@ def compute_lookup(geometry: Geometry, present: frozenset[Obj], prompt: Tokens,
     return LookupResult(hit_length=hit2, bound=bound2, rederived=True, trace=steps + steps2)
 
 
-def compute_full_run(have: frozenset[Boundary], span: Tokens) -> int:
+def compute_full_run(have: Have, span: Tokens) -> int:
     """Return the number of full blocks stored from the start: the largest k with j·s ∈ have for every 1 <= j <= k."""
+    if isinstance(have, Boundaries):
+        return compute_whole_run(have, span)
     k = 0
     while (k + 1) * span in have:
         k += 1
     return k
 
 
-def is_attention_servable(unit: int, span: Tokens, have: frozenset[Boundary], run: int, x: Tokens,
+def is_attention_servable(unit: int, span: Tokens, have: Have, run: int, x: Tokens,
                           top: Tokens) -> bool:
     """Return whether an attention group can load [0, x): its full blocks below x stored (⌊x/s⌋ <= run) and, unless
     x ends one, a stored unit boundary in [x, min(the end of x's block, top)] (fine mode: s ∤ x only happens there)."""
     if x <= 0 or x % span == 0:
         return x // span <= run
     end = min(-(-x // span) * span, top)
-    return x // span <= run and any(x <= t <= end and t % unit == 0 for t in have)
+    return x // span <= run and find_smallest_in(have, x - 1, end, unit) is not None
 
 
-def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens, top: Tokens | None = None) -> Tokens:
+def compute_best_at(geometry: Geometry, present: ObjSet, bound: Tokens, top: Tokens | None = None) -> Tokens:
     """Return the largest multiple h of a <= bound where every Mamba spec group holds a state at h, every attention
     spec group can serve h and an EAGLE one can serve h + min(a, s) (the drop), with tail keys up to `top` (default
-    the bound), searched from the top (0 if none)."""
+    the bound), searched from the top (0 if none). A brute force over explicit sets: a compact E is listed first."""
     top = bound if top is None else top
     a, u = compute_alignment(geometry), geometry.unit
     groups = compute_spec_groups(geometry)
-    have = [compute_group_present(present, sg.members) for sg in groups]
-    states = [hv for sg, hv in zip(groups, have) if sg.kind == "mamba"]
+    have = [compute_group_present(frozenset(present), sg.members) for sg in groups]
+    states = [cast(frozenset[Boundary], hv) for sg, hv in zip(groups, have) if sg.kind == "mamba"]
     # candidates: every multiple of a, or (with Mamba groups) only the boundaries where each holds a state
     cands: Iterable[int] = (range(bound // a * a, 0, -a) if not states else
                             sorted((t for t in frozenset.intersection(*states) if 0 < t <= bound and t % a == 0),
@@ -254,7 +292,7 @@ def compute_best_at(geometry: Geometry, present: frozenset[Obj], bound: Tokens, 
     return Tokens(0)
 
 
-def compute_best_hit(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, lookahead: int = 0) -> Tokens:
+def compute_best_hit(geometry: Geometry, present: ObjSet, prompt: Tokens, lookahead: int = 0) -> Tokens:
     """Return the best hit the rules allow given E: compute_best_at(⌊(N − λ)/a⌋·a), or at ⌊(N − 1)/a⌋·a when that is >= N.
 
     A brute-force statement of "largest", independent of the fixed point (checked against it: MAX-HIT).
@@ -266,7 +304,7 @@ def compute_best_hit(geometry: Geometry, present: frozenset[Obj], prompt: Tokens
     return compute_best_at(geometry, present, Tokens(max(prompt - 1, 0) // a * a))
 
 
-def compute_physical_best(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, lookahead: int = 0) -> Tokens:
+def compute_physical_best(geometry: Geometry, present: ObjSet, prompt: Tokens, lookahead: int = 0) -> Tokens:
     """Return the best hit any lookup could load from E: the largest multiple h of a below N with every Mamba state at
     h and every attention group able to serve h (h + min(a, s) with EAGLE) from tail keys up to ⌊(N − λ)/u⌋·u."""
     a, u = compute_alignment(geometry), geometry.unit
@@ -288,20 +326,20 @@ def compute_tail_block(span: Tokens, hit: Tokens) -> int:
     return -(-hit // span) - 1
 
 
-def compute_tail_boundary(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, hit: Tokens,
+def compute_tail_boundary(geometry: Geometry, present: ObjSet, prompt: Tokens, hit: Tokens,
                           group: GroupId, rule: str = TAIL_STORED, lookahead: int = 0) -> Boundary:
     """Return B_g: h if (g, h) is present, else the smallest present unit boundary in (h, min((c+1)·s, ⌊(N−λ)/u⌋·u)] (legacy: h)."""
     if rule == TAIL_HIT or (group, Boundary(hit)) in present:
         return Boundary(hit)
     u, s = geometry.unit, compute_span(geometry, group)
     top = min((compute_tail_block(s, hit) + 1) * s, max(prompt - lookahead, 0) // u * u)
-    found = [t for g, t in present if g == group and hit < t <= top and t % u == 0]
-    if not found:
+    found = find_smallest_in(compute_present_by_group(present).get(group, frozenset()), hit, top, u)
+    if found is None:
         raise SpecError(RULE_TAIL_MISSING, f"no stored tail key for group {group} at hit length {hit}")
-    return Boundary(min(found))
+    return Boundary(found)
 
 
-def compute_tail_boundaries(geometry: Geometry, present: frozenset[Obj], prompt: Tokens, hit: Tokens,
+def compute_tail_boundaries(geometry: Geometry, present: ObjSet, prompt: Tokens, hit: Tokens,
                             rule: str = TAIL_STORED, lookahead: int = 0) -> tuple[tuple[GroupId, Boundary], ...]:
     """Return (g, B_g) for every group when h > 0, else ()."""
     if hit <= 0:

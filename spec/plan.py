@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from .boundaries import Objects, compute_group_boundaries, compute_whole_run, has_boundary
 from .geometry import Geometry, compute_rank_fields, compute_ranks, compute_span
 from .keys import StoreKey, compute_hash_at
 from .lookup import compute_tail_block
@@ -40,6 +41,49 @@ def plan_load(geometry: Geometry, present: frozenset[Obj], hit: Tokens,
             key = Boundary((i + 1) * s) if end < hit else tail_of[GroupId(gid)]
             out.append(LoadEntry(group=GroupId(gid), block=i, start=Tokens(i * s), end=Tokens(end),
                                  key_boundary=key, present=(gid, key) in present))
+    return tuple(out)
+
+
+@attrs.frozen(kw_only=True)
+class LoadRun:
+    """A group's blocks to load, first..last, as plan_load lists them: block i covers [i·s, min((i+1)·s, h)) and is
+    keyed at (i+1)·s, the last at the tail key; `absent` lists the blocks whose key is not present."""
+
+    group: GroupId
+    first: int
+    last: int
+    span: Tokens
+    hit: Tokens
+    tail_key: Boundary
+    absent: tuple[int, ...] = ()
+
+    def entries(self) -> tuple[LoadEntry, ...]:
+        """Return the run as plan_load's entries (cost grows with the blocks)."""
+        return tuple(LoadEntry(group=self.group, block=i, start=Tokens(i * self.span),
+                               end=Tokens(min((i + 1) * self.span, self.hit)),
+                               key_boundary=self.tail_key if i == self.last else Boundary((i + 1) * self.span),
+                               present=i not in self.absent) for i in range(self.first, self.last + 1))
+
+
+def plan_load_runs(geometry: Geometry, present: Objects, hit: Tokens,
+                   tails: Sequence[tuple[GroupId, Boundary]]) -> tuple[LoadRun, ...]:
+    """Return plan_load's plan as one run per group (attention blocks 0..c, Mamba block c), from E as runs and points:
+    the whole spans present from the start are read off the runs, only blocks past them are tested one by one."""
+    if hit <= 0:
+        return ()
+    tail_of = dict(tails)
+    out = []
+    for gid, g in enumerate(geometry.groups):
+        group = GroupId(gid)
+        s = compute_span(geometry, group)
+        c = compute_tail_block(s, hit)
+        first = 0 if g.kind == "attention" else c
+        have = compute_group_boundaries(present, group)
+        absent = [i for i in range(max(first, compute_whole_run(have, s)), c) if not has_boundary(have, (i + 1) * s)]
+        tail = tail_of[group]
+        if not has_boundary(have, tail):
+            absent.append(c)
+        out.append(LoadRun(group=group, first=first, last=c, span=s, hit=hit, tail_key=tail, absent=tuple(absent)))
     return tuple(out)
 
 

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import attrs
 
+from .boundaries import Objects, compute_at_most, compute_objects_union, compute_without, make_objects
 from .errors import SpecError, require
 from .failure import compute_retry_cap, compute_safe_boundary
 from .geometry import (
@@ -25,9 +26,13 @@ from .geometry import (
     is_fine,
 )
 from .limits import (
+    MAX_CHUNK_ENDS,
+    MAX_EVICTED,
     MAX_PROMPT,
     MAX_SHARDS,
     MAX_STORED,
+    RULE_LIMIT_CHUNKS,
+    RULE_LIMIT_EVICTED,
     RULE_LIMIT_PROMPT,
     RULE_LIMIT_SHARDS,
     RULE_LIMIT_STORED,
@@ -35,8 +40,8 @@ from .limits import (
     compute_longest_prompt,
     compute_shard_bound,
 )
-from .lookup import LookupResult, compute_lookup, compute_tail_boundaries
-from .plan import LoadEntry, plan_load
+from .lookup import LookupResult, ObjSet, compute_lookup, compute_tail_boundaries
+from .plan import LoadEntry, LoadRun, plan_load, plan_load_runs
 from .rules import (
     DEFAULT_RULES,
     LEGACY_SWITCH_RULES,
@@ -47,8 +52,16 @@ from .rules import (
     compute_rule_geometry,
     get_rules,
 )
-from .schedule import BLOCK_SCHEDULE, RULE_SCHEDULE, Schedule, compute_checkpoints
-from .store import Obj, RankObj, compute_present_after, compute_rank_objects, compute_rule_store, compute_visible
+from .schedule import BLOCK_SCHEDULE, RULE_SCHEDULE, Schedule, compute_checkpoints, compute_scheduler_block
+from .store import (
+    Obj,
+    RankObj,
+    compute_present_after,
+    compute_rank_objects,
+    compute_rule_objects,
+    compute_rule_store,
+    compute_visible,
+)
 from .types import Boundary, GroupId, Rank, Tokens
 
 RULE_SCENARIO = "scenario"
@@ -109,7 +122,17 @@ class Scenario:
         spans = compute_spans(g)
         longest, extra = max([self.prompt, *(r.prompt for r in self.stored)]), len(self.objects or ()) + len(self.evicted)
         shards = compute_shard_bound(g.parallel.dcp, spans, longest, len(self.stored), extra)
-        if shards > MAX_SHARDS:  # the message's longest prompt costs a search: only on the way out
+        if shards > MAX_SHARDS and self.objects is None:  # answered on runs and points (spec/boundaries.py)
+            # the points: a store rule's tail boundaries lie in one L-block, one per span of a group in it
+            check_count(len(self.stored) * sum(compute_lcm_span(g) // x + 2 for x in spans), MAX_SHARDS,
+                        RULE_LIMIT_SHARDS, "tail boundaries one L-block can hold over the stored requests "
+                                           f"(L = {compute_lcm_span(g)}: use block sizes with a smaller common multiple)")
+            check_count(len(self.evicted), MAX_EVICTED, RULE_LIMIT_EVICTED, "evicted shard count")
+            b = compute_scheduler_block(compute_rule_geometry(rules, g))
+            chunks = sum(r.prompt // max(min((r.schedule or self.schedule).budget or b, b), 1)
+                         for r in self.stored if (r.schedule or self.schedule) != BLOCK_SCHEDULE)
+            check_count(chunks, MAX_CHUNK_ENDS, RULE_LIMIT_CHUNKS, "chunk count of the stored prefills' schedules")
+        elif shards > MAX_SHARDS:  # the message's longest prompt costs a search: only on the way out
             raise SpecError(RULE_LIMIT_SHARDS,
                             f"this scenario names up to {shards} rank shards (D x blocks of every group), past the "
                             f"limit {MAX_SHARDS} (spec/limits.py); this geometry takes prompts up to "
@@ -153,11 +176,12 @@ SPEC_STAGES = Stages()
 class Outcome:
     """What the spec says happens: E, the lookup, tail boundaries, the load plan."""
 
-    present: frozenset[Obj]
+    present: ObjSet
     lookup: LookupResult | None
     tails: tuple[tuple[GroupId, Boundary], ...]
-    load: tuple[LoadEntry, ...]
+    load: tuple[LoadEntry, ...]  # () for a compact scenario: its plan is load_runs
     error: SpecError | None = None
+    load_runs: tuple[LoadRun, ...] | None = None  # a compact scenario's plan, a run per group (spec/plan.py)
 
     @property
     def hit_length(self) -> Tokens:
@@ -165,11 +189,36 @@ class Outcome:
         return Tokens(self.lookup.hit_length if self.lookup else 0)
 
 
-def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[Obj]:
-    """Return every object the lookup request can name (each written by every rank), before evictions."""
+def is_compact(scenario: Scenario) -> bool:
+    """Return whether the scenario names more rank shards than the explicit spec lists (spec/limits.py: MAX_SHARDS): it
+    is then answered on runs and points (spec/boundaries.py), with the spec's own stages only."""
+    g = scenario.geometry
+    longest = max([scenario.prompt, *(r.prompt for r in scenario.stored)])
+    return scenario.objects is None and compute_shard_bound(
+        g.parallel.dcp, compute_spans(g), longest, len(scenario.stored), len(scenario.evicted)) > MAX_SHARDS
+
+
+def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES, compact: bool | None = None) -> ObjSet:
+    """Return every object the lookup request can name (each written by every rank), before evictions; as runs and
+    points when `compact` (default: when is_compact)."""
     if scenario.objects is not None:
         return scenario.objects
+    if is_compact(scenario) if compact is None else compact:
+        require(stages is SPEC_STAGES, RULE_LIMIT_SHARDS, "a scenario past the explicit limit is answered with the "
+                                                           "spec's own stages only")
+        return _compute_stored_compact(scenario.geometry, scenario.rules, scenario.stored, scenario.schedule)
     return _compute_stored_of(scenario.geometry, scenario.rules, scenario.stored, stages, scenario.schedule)
+
+
+def _compute_stored_compact(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
+                            schedule: Schedule) -> Objects:
+    """Return compute_stored's objects as runs and points: each request's store rule, each group cut to t + λ <= S."""
+    rules = get_rules(rules_name)
+    lookahead = compute_lookahead(rules, g)
+    return compute_objects_union(
+        make_objects({gid: compute_at_most(b, r.shared - lookahead)
+                      for gid, b in compute_rule_objects(rules, g, Tokens(r.prompt), r.schedule or schedule).groups})
+        for r in stored)
 
 
 @functools.lru_cache(maxsize=1024)  # one set per stored setup: the lookups of every N and eviction share it
@@ -187,15 +236,19 @@ def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> 
     return compute_rank_objects(scenario.geometry, compute_stored(scenario, stages))
 
 
-def compute_scenario_present(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[Obj]:
+def compute_scenario_present(scenario: Scenario, stages: Stages = SPEC_STAGES, compact: bool | None = None) -> ObjSet:
     """Return E: the stored objects less those with an evicted shard (the stages' present rule)."""
-    return _compute_scenario_present(scenario, stages)
+    return _compute_scenario_present(scenario, stages, compact)
 
 
 @functools.lru_cache(maxsize=256)  # the verdict key, the evaluation and the witness all read it
-def _compute_scenario_present(scenario: Scenario, stages: Stages) -> frozenset[Obj]:
+def _compute_scenario_present(scenario: Scenario, stages: Stages, compact: bool | None) -> ObjSet:
     g = compute_rule_geometry(get_rules(scenario.rules), scenario.geometry)
-    return _compute_present_of(g, compute_stored(scenario, stages), scenario.evicted, stages)
+    stored = compute_stored(scenario, stages, compact)
+    if isinstance(stored, Objects):  # compute_present_after's rule on runs: an object with a lost shard is gone
+        lost = {(gid, t) for gid, t, r in scenario.evicted if 0 <= r < g.parallel.dcp}
+        return make_objects({gid: compute_without(b, (t for x, t in lost if x == gid)) for gid, b in stored.groups})
+    return _compute_present_of(g, stored, scenario.evicted, stages)
 
 
 @functools.lru_cache(maxsize=1024)  # scenarios that differ only in N share E, the same set object for the lookup's memos
@@ -204,12 +257,12 @@ def _compute_present_of(g: Geometry, stored: frozenset[Obj], evicted: frozenset[
     return stages.present(g, stored, evicted)
 
 
-def compute_scenario_lookup(scenario: Scenario, stages: Stages = SPEC_STAGES) -> tuple[Geometry, frozenset[Obj],
-                                                                                        LookupResult]:
+def compute_scenario_lookup(scenario: Scenario, stages: Stages = SPEC_STAGES,
+                            compact: bool | None = None) -> tuple[Geometry, ObjSet, LookupResult]:
     """Return (the rule set's geometry, E after evictions, the lookup of N) of a scenario."""
     rules = get_rules(scenario.rules)
     g = compute_rule_geometry(rules, scenario.geometry)
-    present = compute_scenario_present(scenario, stages)
+    present = compute_scenario_present(scenario, stages, compact)
     return g, present, stages.lookup(g, present, Tokens(scenario.prompt),
                                      lookahead=compute_lookahead(rules, scenario.geometry))
 
@@ -219,15 +272,19 @@ def compute_hit(scenario: Scenario) -> Tokens:
     return compute_scenario_lookup(scenario)[2].hit_length
 
 
-def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES) -> Outcome:
-    """Return the outcome of a scenario; a violated rule during lookup is reported, not raised."""
+def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES, compact: bool | None = None) -> Outcome:
+    """Return the outcome of a scenario; a violated rule during lookup is reported, not raised. `compact`: E as runs
+    and points and the plan as runs (default: past the explicit limit, is_compact); the cross-check forces it."""
     rules, n = get_rules(scenario.rules), Tokens(scenario.prompt)
-    g, present, look = compute_scenario_lookup(scenario, stages)
+    g, present, look = compute_scenario_lookup(scenario, stages, compact)
     try:
         tails = stages.tails(g, present, n, look.hit_length, rules.tail_key,
                              compute_lookahead(rules, scenario.geometry))
     except SpecError as err:
         return Outcome(present=present, lookup=look, tails=(), load=(), error=err)
+    if isinstance(present, Objects):
+        return Outcome(present=present, lookup=look, tails=tails, load=(),
+                       load_runs=plan_load_runs(g, present, look.hit_length, tails))
     return Outcome(present=present, lookup=look, tails=tails,
                    load=stages.plan(g, present, look.hit_length, tails))
 
@@ -243,9 +300,28 @@ def encode_geometry(geometry: Geometry) -> dict[str, Any]:
                        for i, gr in enumerate(geometry.groups)]}
 
 
-def encode_outcome(scenario: Scenario, outcome: Outcome) -> dict[str, Any]:
-    """Return the `kvspec explain --json` object of an evaluated scenario."""
+def encode_stored_runs(present: Objects) -> list[dict[str, Any]]:
+    """Return E in the compact form: per group its runs [first, step, last], its points and its holes (evicted)."""
+    return [{"group": g, "runs": [list(r) for r in b.runs], "points": list(b.points), "evicted": sorted(b.holes)}
+            for g, b in present.groups]
+
+
+def encode_outcome(scenario: Scenario, outcome: Outcome, explicit: bool = False) -> dict[str, Any]:
+    """Return the `kvspec explain --json` object of an evaluated scenario; a compact one's E and plan as runs
+    ("form": "compact") unless `explicit` (listed, as for every other scenario: cost grows with the prompt)."""
     err = outcome.error
+    if outcome.load_runs is not None and isinstance(outcome.present, Objects) and not explicit:
+        return {
+            "version": RESULT_VERSION, "form": "compact", "input": encode_scenario(scenario),
+            "geometry": encode_geometry(scenario.geometry), "rules": scenario.rules, "prompt": scenario.prompt,
+            "stored": encode_stored_runs(outcome.present),
+            "hit_length": outcome.hit_length,
+            "tail_boundaries": [{"group": gid, "boundary": t} for gid, t in outcome.tails],
+            "load": [{"group": r.group, "first_block": r.first, "last_block": r.last, "span": r.span,
+                      "tail_key": r.tail_key, "absent_blocks": list(r.absent)} for r in outcome.load_runs],
+            "error": None if err is None else {"rule": err.rule, "message": err.message},
+        }
+    load = outcome.load if outcome.load_runs is None else tuple(e for r in outcome.load_runs for e in r.entries())
     return {
         "version": RESULT_VERSION,
         "input": encode_scenario(scenario),
@@ -256,7 +332,7 @@ def encode_outcome(scenario: Scenario, outcome: Outcome) -> dict[str, Any]:
         "hit_length": outcome.hit_length,
         "tail_boundaries": [{"group": gid, "boundary": t} for gid, t in outcome.tails],
         "load": [{"group": e.group, "block": e.block, "start": e.start, "end": e.end,
-                  "key_boundary": e.key_boundary, "present": e.present} for e in outcome.load],
+                  "key_boundary": e.key_boundary, "present": e.present} for e in load],
         "error": None if err is None else {"rule": err.rule, "message": err.message},
     }
 

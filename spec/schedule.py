@@ -20,6 +20,7 @@ import math
 
 import attrs
 
+from .boundaries import Boundaries, make_boundaries, make_run
 from .errors import SpecError
 from .geometry import Geometry, compute_alignment, compute_group_ids, compute_lcm_span, has_eagle, is_fine
 from .types import Tokens
@@ -243,3 +244,13 @@ def compute_mamba_states(checkpoints: Checkpoints, block_size: int, checkpoint: 
     if checkpoint > 0 and (checkpoint in checkpoints.ends or checkpoint in checkpoints.internals):
         out.add(checkpoint)
     return frozenset(out)
+
+
+def compute_mamba_state_set(schedule: Schedule, geometry: Geometry, prompt: Tokens, lookahead: int, block_size: int,
+                            checkpoint: Tokens) -> Boundaries:
+    """Return compute_mamba_states of the schedule's checkpoints as a boundary set; under the block schedule (a chunk
+    end at every multiple of b_s | b, at P and at C) that is {k·b <= P} ∪ {C}, without listing the chunk ends."""
+    if schedule == BLOCK_SCHEDULE:
+        return make_boundaries((checkpoint,) if checkpoint > 0 else (), make_run(block_size, prompt).runs)
+    return make_boundaries(compute_mamba_states(compute_checkpoints(schedule, geometry, prompt, lookahead), block_size,
+                                                checkpoint))

@@ -10,6 +10,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
+from .boundaries import (
+    Boundaries,
+    Objects,
+    compute_intersection,
+    compute_union,
+    has_boundary,
+    iterate_boundaries,
+    make_boundaries,
+    make_objects,
+    make_run,
+)
 from .geometry import (
     Geometry,
     compute_alignment,
@@ -26,8 +37,7 @@ from .schedule import (
     BLOCK_SCHEDULE,
     Schedule,
     compute_checkpoint_position,
-    compute_checkpoints,
-    compute_mamba_states,
+    compute_mamba_state_set,
     compute_pinned,
     is_partial,
 )
@@ -62,45 +72,56 @@ def compute_replay_boundary(geometry: Geometry, group: GroupId, prompt: Tokens) 
     return Tokens(max(prompt - 1, 0) // b * b)
 
 
-def compute_span_objects(geometry: Geometry, group: GroupId, end: int) -> set[Obj]:
-    """Return {(group, k·s) : 1 <= k <= ⌊end/s⌋}, s the group's span: its whole spans up to `end`."""
-    s = compute_span(geometry, group)
-    return {(group, Boundary(k * s)) for k in range(1, end // s + 1)}
+def compute_span_run(geometry: Geometry, group: GroupId, end: int) -> Boundaries:
+    """Return {k·s : 1 <= k <= ⌊end/s⌋}, s the group's span: its whole spans up to `end`."""
+    return make_run(compute_span(geometry, group), end)
 
 
-def compute_attention_boundaries(geometry: Geometry, group: GroupId, prompt: Tokens) -> tuple[Boundary, ...]:
-    """Return the boundaries an attention group stores for a prompt of P tokens, ascending."""
+def compute_attention_set(geometry: Geometry, group: GroupId, prompt: Tokens) -> Boundaries:
+    """Return the boundaries an attention group stores for a prompt of P tokens: its whole spans up to ⌊P/L⌋·L and,
+    when the tail is stored, each block end of T's block range capped at T."""
     s = compute_span(geometry, group)
     full = compute_full_boundary(geometry, prompt)
-    out = {Boundary(k * s) for k in range(1, full // s + 1)}
+    points = []
     if is_tail_stored(geometry, prompt):
         t = compute_sub_block_tail(geometry, prompt)
         last = -(-t // s) - 1
-        for i in range(min(full // s, last), last + 1):
-            out.add(Boundary(min((i + 1) * s, t)))
-    return tuple(sorted(out))
+        points = [min((i + 1) * s, t) for i in range(min(full // s, last), last + 1)]
+    return make_boundaries(points, make_run(s, full).runs)
 
 
-def compute_mamba_boundaries(geometry: Geometry, group: GroupId, prompt: Tokens) -> tuple[Boundary, ...]:
+def compute_mamba_set(geometry: Geometry, group: GroupId, prompt: Tokens) -> Boundaries:
     """Return the boundaries a Mamba group stores: checkpoints by retention, plus the tail T when it is its own."""
     b = geometry.groups[group].block_size
     r = compute_replay_boundary(geometry, group, prompt)
     dense = geometry.retention == "dense"
-    out = {Boundary(k * b) for k in range(1, r // b + 1)} if dense else ({Boundary(r)} if r > 0 else set())
+    points = [] if dense or r <= 0 else [r]
     t = compute_sub_block_tail(geometry, prompt)
     if is_tail_stored(geometry, prompt) and t % b != 0:
-        out.add(Boundary(t))
-    return tuple(sorted(out))
+        points.append(t)
+    return make_boundaries(points, make_run(b, r).runs if dense else ())
+
+
+def compute_attention_boundaries(geometry: Geometry, group: GroupId, prompt: Tokens) -> tuple[Boundary, ...]:
+    """Return compute_attention_set's boundaries, ascending."""
+    return tuple(Boundary(t) for t in iterate_boundaries(compute_attention_set(geometry, group, prompt)))
+
+
+def compute_mamba_boundaries(geometry: Geometry, group: GroupId, prompt: Tokens) -> tuple[Boundary, ...]:
+    """Return compute_mamba_set's boundaries, ascending."""
+    return tuple(Boundary(t) for t in iterate_boundaries(compute_mamba_set(geometry, group, prompt)))
+
+
+def compute_store_objects(geometry: Geometry, prompt: Tokens) -> Objects:
+    """Return every (group, boundary) object one request of P prompt tokens stores (PR #53324's store rule)."""
+    return make_objects({GroupId(gid): (compute_attention_set if g.kind == "attention" else compute_mamba_set)(
+        geometry, GroupId(gid), prompt) for gid, g in enumerate(geometry.groups)})
 
 
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
 def compute_store_boundaries(geometry: Geometry, prompt: Tokens) -> frozenset[Obj]:
-    """Return every (group, boundary) object one request of P prompt tokens stores."""
-    out: set[Obj] = set()
-    for gid, g in enumerate(geometry.groups):
-        fn = compute_attention_boundaries if g.kind == "attention" else compute_mamba_boundaries
-        out.update((GroupId(gid), t) for t in fn(geometry, GroupId(gid), prompt))
-    return frozenset(out)
+    """Return compute_store_objects' objects as an explicit set."""
+    return frozenset(compute_store_objects(geometry, prompt))
 
 
 def compute_rank_objects(geometry: Geometry, objects: Iterable[Obj]) -> frozenset[RankObj]:
@@ -173,9 +194,8 @@ def compute_replay_states(geometry: Geometry, group: GroupId, prompt: Tokens,
     return tuple(sorted(out - {Boundary(0)}))
 
 
-@functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
-def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead: int = 0,
-                                  schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
+def compute_store_objects_vllm(geometry: Geometry, prompt: Tokens, lookahead: int = 0,
+                               schedule: Schedule = BLOCK_SCHEDULE) -> Objects:
     """Return every (group, boundary) object one request of P tokens stores under vLLM 0.33.0's connector (the
     positional save ends at the last whole L-block with its hashes: ⌊min(⌊P/L⌋·L, hashed)/L⌋·L); a Mamba state only
     where the schedule left one (spec/schedule.py)."""
@@ -184,43 +204,63 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
     c = compute_checkpoint(geometry, prompt, lookahead)
     has_c = 0 < c <= hashed
     lcm = compute_lcm_span(geometry)
-    checkpoints = compute_checkpoints(schedule, geometry, prompt, lookahead)
-    out: set[Obj] = set()
+    out: dict[GroupId, Boundaries] = {}
     for gid, g in enumerate(geometry.groups):
         gi = GroupId(gid)
         if g.kind == "attention":
             s = compute_span(geometry, gi)
-            out |= compute_span_objects(geometry, gi, full)
             end = c + compute_proof_margin(geometry, gi)
+            points = []
             if has_c and is_partial(geometry) and end <= min(prompt, hashed):
-                for i in range(c // lcm * lcm // s, -(-end // s)):
-                    out.add((gi, Boundary(min((i + 1) * s, end))))
+                points = [min((i + 1) * s, end) for i in range(c // lcm * lcm // s, -(-end // s))]
+            out[gi] = make_boundaries(points, compute_span_run(geometry, gi, full).runs)
             continue
         b = g.block_size
-        states = compute_mamba_states(checkpoints, b, c)
+        states = compute_mamba_state_set(schedule, geometry, prompt, lookahead, b, c)
         if geometry.retention == "dense":
-            out.update((gi, Boundary(k * b)) for k in range(1, min(prompt, hashed) // b + 1) if Tokens(k * b) in states)
+            kept = compute_intersection(make_run(b, min(prompt, hashed)), states)
         else:
-            out.update((gi, t) for t in compute_replay_states(geometry, gi, prompt,
-                                                             compute_pinned(schedule, geometry, prompt, lookahead))
-                       if t <= hashed and Tokens(t) in states)
-        if has_c and c in states:
-            out.add((gi, Boundary(c)))
-    return frozenset(out)
+            kept = make_boundaries(t for t in compute_replay_states(geometry, gi, prompt,
+                                                                    compute_pinned(schedule, geometry, prompt, lookahead))
+                                   if t <= hashed and has_boundary(states, t))
+        if has_c and has_boundary(states, c):
+            kept = compute_union(kept, make_boundaries((c,)))
+        out[gi] = kept
+    return make_objects(out)
 
 
-def compute_store_boundaries_sglang(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> frozenset[Obj]:
+@functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
+def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead: int = 0,
+                                  schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
+    """Return compute_store_objects_vllm's objects as an explicit set."""
+    return frozenset(compute_store_objects_vllm(geometry, prompt, lookahead, schedule))
+
+
+def compute_store_objects_sglang(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> Objects:
     """Return the objects one request of P tokens stores under SGLang 0.5.23's HiCache L3: every whole page (the
     attention span s) up to the hashed length ⌊(P − λ)/u⌋·u, and per Mamba group the one state at ⌊that/b⌋·b (> 0)."""
     hashed = compute_hashed_length(geometry, prompt, lookahead)
-    out: set[Obj] = set()
-    for gid, g in enumerate(geometry.groups):
-        gi = GroupId(gid)
-        if g.kind == "attention":
-            out |= compute_span_objects(geometry, gi, hashed)
-        elif hashed // g.block_size:
-            out.add((gi, Boundary(hashed // g.block_size * g.block_size)))
-    return frozenset(out)
+    return make_objects({GroupId(gid): compute_span_run(geometry, GroupId(gid), hashed) if g.kind == "attention"
+                         else make_boundaries([hashed // g.block_size * g.block_size] if hashed // g.block_size else [])
+                         for gid, g in enumerate(geometry.groups)})
+
+
+def compute_store_boundaries_sglang(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> frozenset[Obj]:
+    """Return compute_store_objects_sglang's objects as an explicit set."""
+    return frozenset(compute_store_objects_sglang(geometry, prompt, lookahead))
+
+
+def compute_rule_objects(rules: RuleSet, geometry: Geometry, prompt: Tokens,
+                         schedule: Schedule = BLOCK_SCHEDULE) -> Objects:
+    """Return the objects one request of P tokens stores under a rule set's store rule (on its rule geometry), held
+    per group as runs and points; the schedule decides which Mamba states exist under a vLLM store rule (the PR's rule
+    assumes the block schedule)."""
+    if rules.store == STORE_VLLM_0_33:
+        return compute_store_objects_vllm(compute_rule_geometry(rules, geometry), prompt,
+                                          compute_lookahead(rules, geometry), schedule)
+    if rules.store == STORE_SGLANG:
+        return compute_store_objects_sglang(geometry, prompt, compute_lookahead(rules, geometry))
+    return compute_store_objects(geometry, prompt)
 
 
 def compute_rule_store(rules: RuleSet, geometry: Geometry, prompt: Tokens,

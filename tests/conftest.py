@@ -55,4 +55,4 @@ def pytest_terminal_summary(terminalreporter: object, exitstatus: int, config: p
         return
     wall, cpu = time.perf_counter() - _START["wall"], measure_cpu_seconds() - _START["cpu"]
     line = f"kvspec test suite: {format_calibrated(wall, cpu, measure_calibration())}"
-    getattr(terminalreporter, "write_line")(line)
+    terminalreporter.write_line(line)

@@ -26,7 +26,7 @@ def test_every_mutant_is_caught_quickly():
     """Scenario mutants by the registry on the scope; closure mutants are hunted over failed loads
     (tests/test_failure.py, make verify's MUT-closure-* rows)."""
     for m in MUTANTS:
-        if not m.closure and not m.efficiency:  # a safe store rule that stores less: tests/test_efficiency.py
+        if not m.closure:
             caught, sc, n = hunt(m, iterate_all(dcps=(2, 8)))
             assert caught, m.name
 
