@@ -35,6 +35,8 @@ from kvspec.spec.schedule import Schedule
 from kvspec.spec.store import RankObj
 from kvspec.spec.types import Boundary, GroupId, Rank, Tokens
 
+from .budget import limit_cpu
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
@@ -435,8 +437,9 @@ def _run_scenarios(path: str, check: bool = False, explicit: bool = False) -> in
             if not line.strip():
                 continue
             try:
-                sc = decode_scenario(_parse_json(line, f"line {lineno}", "scenario-json"))
-                result = encode_outcome(sc, evaluate_scenario(sc), explicit)
+                with limit_cpu(f"line {lineno}"):
+                    sc = decode_scenario(_parse_json(line, f"line {lineno}", "scenario-json"))
+                    result = _encode(sc, evaluate_scenario(sc), explicit)
             except SpecError as err:
                 result = encode_error(err)
             except RecursionError:
@@ -444,6 +447,18 @@ def _run_scenarios(path: str, check: bool = False, explicit: bool = False) -> in
             failed = failed or _fails_check(result)
             write(json.dumps(result, separators=(",", ":")) + "\n")
     return 1 if check and failed else 0
+
+
+MAX_LISTING = 1 << 20  # objects and planned blocks --explicit lists past the explicit limit
+
+
+def _encode(scenario: Scenario, outcome: Outcome, explicit: bool) -> dict[str, Any]:
+    """Return encode_outcome's object; --explicit past the explicit limit lists at most MAX_LISTING items."""
+    if explicit and outcome.load_runs is not None:
+        n = len(outcome.present) + sum(r.last - r.first + 1 for r in outcome.load_runs)
+        require(n <= MAX_LISTING, "limit-listing", f"--explicit would list {n} objects and blocks, past {MAX_LISTING} "
+                                                   f"(checks/cli.py): drop --explicit for the compact form (runs)")
+    return encode_outcome(scenario, outcome, explicit)
 
 
 def _fails_check(result: dict[str, Any]) -> bool:
@@ -468,14 +483,16 @@ def _explain(args: argparse.Namespace) -> int:
     if args.ranks and args.json:
         raise SpecError("cli-usage", "--ranks prints the per-rank view as text; with --json it would be ignored: "
                                      "drop one (the JSON result has the load plan; `keys check` has rank detail)")
-    sc = _scenario(args)
-    outcome = evaluate_scenario(sc)
-    if outcome.load_runs is not None and (args.svg or args.ranks):
-        raise SpecError(RULE_LIMIT_SHARDS, f"--{'svg' if args.svg else 'ranks'} draws every block of every rank, and "
-                                           f"this scenario is past the explicit limit (spec/limits.py: MAX_SHARDS "
-                                           f"{MAX_SHARDS} rank shards): it is answered on runs; drop the flag, or "
-                                           f"look at a shorter prompt")
-    result = encode_outcome(sc, outcome, args.explicit)
+    with limit_cpu("the scenario"):
+        sc = _scenario(args)
+        outcome = evaluate_scenario(sc)
+        if outcome.load_runs is not None and (args.svg or args.ranks):
+            raise SpecError(RULE_LIMIT_SHARDS, f"--{'svg' if args.svg else 'ranks'} draws every block of every rank, "
+                                               f"and this scenario is past the explicit limit (spec/limits.py: "
+                                               f"MAX_SHARDS {MAX_SHARDS} rank shards): it is answered on runs; drop "
+                                               f"the flag, or look at a shorter prompt")
+        result = _encode(sc, outcome, args.explicit)
+        text = None if args.json else format_table(sc, outcome)
     provenance = getattr(args, "vllm_provenance", None)
     if provenance is not None:
         result["from_vllm"] = {"file": args.from_vllm, "mapping": [{"field": f, "from": src} for f, src in provenance]}
@@ -486,7 +503,7 @@ def _explain(args: argparse.Namespace) -> int:
             from .vllm_config import format_provenance
             print(f"geometry from the vLLM configuration {args.from_vllm}:")
             print(format_provenance(provenance))
-        print(format_table(sc, outcome))
+        print(text)
         if args.ranks:
             print(format_ranks(sc, outcome))
     if args.svg:

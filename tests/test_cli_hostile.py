@@ -173,3 +173,29 @@ def test_entry_point_under_memory_cap(files):
                        timeout=30, preexec_fn=cap)
     assert time.monotonic() - t0 < 10 and r.returncode == 0 and not r.stderr, r.stderr
     assert "hit length: 99999999" in r.stdout and "blocks 0..99999998" in r.stdout
+
+
+def test_an_answer_past_its_cpu_budget_is_refused_by_name(monkeypatch, tmp_path):
+    """Issue 30: a CPU-time budget per answer (checks/budget.py; ITIMER_PROF, not wall time): past it, exit 2 naming
+    limit-cpu, nothing printed; with --scenarios only that line is an error object. Shown with a budget of 10 ms on
+    scenarios that take ~0.1 s (the timer counts in scheduler ticks)."""
+    import kvspec.checks.budget as budget
+    monkeypatch.setattr(budget, "CPU_BUDGET_S", 0.01)
+    argv = ["explain", "--group", "attention:1", "--group", "mamba:1", "--unit", "1", "--retention", "dense",
+            "--stored-prompt", "10000", "--prompt", "10000", "--json"]
+    rc, out, err, cpu = run_in_process(argv)
+    assert rc == 2 and "limit-cpu" in err and json.loads(out)["error"]["rule"] == "limit-cpu", (rc, err)
+    lines = tmp_path / "s.jsonl"
+    lines.write_text(json.dumps({"dcp": 1, "unit": 1, "retention": "dense", "prompt": 10000, "stored_prompt": 10000,
+                                 "groups": [{"kind": "attention", "block_size": 1}, {"kind": "mamba", "block_size": 1}]})
+                     + "\n")
+    rc, out, err, cpu = run_in_process(["explain", "--scenarios", str(lines)])
+    assert rc == 0 and json.loads(out)["error"]["rule"] == "limit-cpu"
+
+
+def test_explicit_listing_is_bounded():
+    """--explicit past the explicit limit lists at most 2^20 objects and blocks, else limit-listing (exit 2)."""
+    argv = ["explain", "--group", "attention:1", "--group", "mamba:4", "--prompt", "100000000", "--stored-prompt",
+            "100000000", "--explicit", "--json"]
+    rc, out, err, cpu = run_in_process(argv)
+    assert rc == 2 and "limit-listing" in err and cpu < CPU_BUDGET_S

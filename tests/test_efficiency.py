@@ -98,9 +98,9 @@ def test_bench_efficiency_tables_and_plot(tmp_path, capsys):
 
 def test_a_store_rule_that_stores_less_is_caught_by_the_efficiency_rows():
     """Issue 30: were the spec's store rule one that stores less, safely, the registry would judge it against its own
-    smaller E and pass it (every hit is still the best that E allows); the efficiency rows judge the store rule: the PR's tail condition inverted (drop T when it is a multiple of *any*
-    Mamba block size) loses resends the PR's rule hits — Kimi-style two-Mamba preset: 12 → 0 — and moves the pinned
-    refutation count of RESEND/pr53324."""
+    smaller E and pass it (every hit is still the best that E allows); the efficiency rows judge the store rule: the
+    PR's tail condition inverted (drop T when it is a multiple of *any* Mamba block size) loses resends the PR's rule
+    hits — the two-Mamba preset: 12 → 0 — and moves the pinned refutation count of RESEND/pr53324."""
     from kvspec.checks.efficiency import Memo, iterate_resend
     from kvspec.checks.mutants import MUTANTS
     m = next(x for x in MUTANTS if x.name == "store-tail-any-mamba")
