@@ -325,6 +325,27 @@ def format_schedule(scenario: Scenario) -> list[str]:
     return out
 
 
+def format_lookup(scenario: Scenario, outcome: Outcome, d: dict[str, Any]) -> list[str]:
+    """Return the lines from the schedule to the load plan's heading: the lookup's trace, h, why, tails."""
+    out = format_schedule(scenario)
+    out.append(f"lookup: N={scenario.prompt}")
+    for st in outcome.lookup.steps if outcome.lookup is not None else ():
+        what = (f"find  bound {st.bound}" + (f" peek {st.search_bound}" if st.search_bound != st.bound else "")
+                + (" eagle-drop" if st.eagle_drop else "")) if st.action == "find" else f"cap   at {st.bound}"
+        rnd = " (N-1 re-derivation)" if st.round else ""
+        out.append(f"  pass {st.pass_no}{rnd}: spec group {st.spec_group} {list(st.members)}: {what} -> {st.result}")
+    out.append(f"hit length: {d['hit_length']}")
+    why = compute_why(scenario, outcome)
+    if why:
+        out.append(why)
+    if d["error"]:
+        out.append(f"error: {d['error']['rule']}: {d['error']['message']}")
+    out.append("tail boundaries: " + (", ".join(f"group {t['group']} @ {t['boundary']}" for t in d["tail_boundaries"])
+                                      or "none (h = 0)"))
+    out.append("load plan (whole physical blocks; only [0, h) counts as computed):")
+    return out
+
+
 def format_table(scenario: Scenario, outcome: Outcome) -> str:
     """Return the readable explanation of one scenario."""
     d = encode_outcome(scenario, outcome)
@@ -338,23 +359,7 @@ def format_table(scenario: Scenario, outcome: Outcome) -> str:
         ts = [o["boundary"] for o in d["stored"] if o["group"] == g["id"]]
         out.append(f"  {g['id']:<5}  {g['kind']:<9}  {g['block_size']:<5}  {g['span']:<5}  "
                    f"{'yes' if g['eagle'] else 'no':<5}  {ts if ts else '-'}")
-    out.extend(format_schedule(scenario))
-    out.append(f"lookup: N={scenario.prompt}")
-    if outcome.lookup is not None:
-        for s in outcome.lookup.steps:
-            what = (f"find  bound {s.bound}" + (f" peek {s.search_bound}" if s.search_bound != s.bound else "")
-                    + (" eagle-drop" if s.eagle_drop else "")) if s.action == "find" else f"cap   at {s.bound}"
-            rnd = " (N-1 re-derivation)" if s.round else ""
-            out.append(f"  pass {s.pass_no}{rnd}: spec group {s.spec_group} {list(s.members)}: {what} -> {s.result}")
-    out.append(f"hit length: {d['hit_length']}")
-    why = compute_why(scenario, outcome)
-    if why:
-        out.append(why)
-    if d["error"]:
-        out.append(f"error: {d['error']['rule']}: {d['error']['message']}")
-    out.append("tail boundaries: " + (", ".join(f"group {t['group']} @ {t['boundary']}" for t in d["tail_boundaries"])
-                                      or "none (h = 0)"))
-    out.append("load plan (whole physical blocks; only [0, h) counts as computed):")
+    out.extend(format_lookup(scenario, outcome, d))
     out.append("  group  block  tokens            key boundary  present")
     for e in d["load"]:
         span = f"[{e['start']}, {e['end']})"
@@ -386,22 +391,7 @@ def format_compact_table(scenario: Scenario, outcome: Outcome, d: dict[str, Any]
         shown = _format_runs(runs[g["id"]]) if g["id"] in runs else "-"
         out.append(f"  {g['id']:<5}  {g['kind']:<9}  {g['block_size']:<5}  {g['span']:<5}  "
                    f"{'yes' if g['eagle'] else 'no':<5}  {shown}")
-    out.extend(format_schedule(scenario))
-    out.append(f"lookup: N={scenario.prompt}")
-    for st in outcome.lookup.steps if outcome.lookup is not None else ():
-        what = (f"find  bound {st.bound}" + (f" peek {st.search_bound}" if st.search_bound != st.bound else "")
-                + (" eagle-drop" if st.eagle_drop else "")) if st.action == "find" else f"cap   at {st.bound}"
-        rnd = " (N-1 re-derivation)" if st.round else ""
-        out.append(f"  pass {st.pass_no}{rnd}: spec group {st.spec_group} {list(st.members)}: {what} -> {st.result}")
-    out.append(f"hit length: {d['hit_length']}")
-    why = compute_why(scenario, outcome)
-    if why:
-        out.append(why)
-    if d["error"]:
-        out.append(f"error: {d['error']['rule']}: {d['error']['message']}")
-    out.append("tail boundaries: " + (", ".join(f"group {t['group']} @ {t['boundary']}" for t in d["tail_boundaries"])
-                                      or "none (h = 0)"))
-    out.append("load plan (whole physical blocks; only [0, h) counts as computed):")
+    out.extend(format_lookup(scenario, outcome, d))
     for r in d["load"]:
         s, first, last = r["span"], r["first_block"], r["last_block"]
         blocks = (f"blocks {first}..{last}: [{first * s}, {d['hit_length']}), each keyed at its block end, block "

@@ -54,6 +54,11 @@ EMPTY = Boundaries()
 
 def make_boundaries(points: Iterable[int] = (), runs: Iterable[Run] = ()) -> Boundaries:
     """Return the set ∪ runs ∪ points (runs with equal first and step merged; points inside a run dropped)."""
+    runs = tuple(runs)
+    if not runs:  # the common small cases first: points only, or one run
+        return Boundaries(points=tuple(sorted(set(points))))
+    if len(runs) == 1 and runs[0][2] >= runs[0][0]:
+        return Boundaries(runs=runs, points=tuple(sorted({x for x in points if not _in_run(runs[0], x)})))
     merged: dict[tuple[int, int], int] = {}
     for f, s, last in runs:
         if last >= f:
@@ -197,6 +202,14 @@ def count_boundaries(b: Boundaries) -> int:
     return sum((last - f) // s + 1 for f, s, last in b.runs) + len(b.points) - len(b.holes)
 
 
+def compute_members(b: Boundaries) -> set[int]:
+    """Return b's members as a set (unordered: cheaper than iterate_boundaries when order does not matter)."""
+    out = set(b.points)
+    for f, s, last in b.runs:
+        out.update(range(f, last + 1, s))
+    return out - b.holes if b.holes else out
+
+
 def iterate_boundaries(b: Boundaries) -> Iterator[int]:
     """Yield b's members in ascending order (expands the runs: cost grows with the prompt)."""
     runs = [range(f, last + 1, s) for f, s, last in b.runs]
@@ -243,6 +256,11 @@ class Objects(AbstractSet[tuple[GroupId, Boundary]]):
     def by_group(self) -> Mapping[GroupId, Boundaries]:
         """Return {group: its boundaries}."""
         return dict(self.groups)
+
+
+def list_objects(objects: Objects) -> frozenset[tuple[GroupId, Boundary]]:
+    """Return the objects as an explicit set."""
+    return frozenset((g, Boundary(t)) for g, b in objects.groups for t in compute_members(b))
 
 
 def make_objects(per_group: Mapping[GroupId, Boundaries]) -> Objects:

@@ -17,6 +17,7 @@ from .boundaries import (
     compute_union,
     has_boundary,
     iterate_boundaries,
+    list_objects,
     make_boundaries,
     make_objects,
     make_run,
@@ -121,7 +122,7 @@ def compute_store_objects(geometry: Geometry, prompt: Tokens) -> Objects:
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
 def compute_store_boundaries(geometry: Geometry, prompt: Tokens) -> frozenset[Obj]:
     """Return compute_store_objects' objects as an explicit set."""
-    return frozenset(compute_store_objects(geometry, prompt))
+    return list_objects(compute_store_objects(geometry, prompt))
 
 
 def compute_rank_objects(geometry: Geometry, objects: Iterable[Obj]) -> frozenset[RankObj]:
@@ -233,7 +234,7 @@ def compute_store_objects_vllm(geometry: Geometry, prompt: Tokens, lookahead: in
 def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead: int = 0,
                                   schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
     """Return compute_store_objects_vllm's objects as an explicit set."""
-    return frozenset(compute_store_objects_vllm(geometry, prompt, lookahead, schedule))
+    return list_objects(compute_store_objects_vllm(geometry, prompt, lookahead, schedule))
 
 
 def compute_store_objects_sglang(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> Objects:
@@ -247,7 +248,7 @@ def compute_store_objects_sglang(geometry: Geometry, prompt: Tokens, lookahead: 
 
 def compute_store_boundaries_sglang(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> frozenset[Obj]:
     """Return compute_store_objects_sglang's objects as an explicit set."""
-    return frozenset(compute_store_objects_sglang(geometry, prompt, lookahead))
+    return list_objects(compute_store_objects_sglang(geometry, prompt, lookahead))
 
 
 def compute_rule_objects(rules: RuleSet, geometry: Geometry, prompt: Tokens,
@@ -263,13 +264,8 @@ def compute_rule_objects(rules: RuleSet, geometry: Geometry, prompt: Tokens,
     return compute_store_objects(geometry, prompt)
 
 
+@functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
 def compute_rule_store(rules: RuleSet, geometry: Geometry, prompt: Tokens,
                        schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
-    """Return the objects one request of P tokens stores under a rule set's store rule (on its rule geometry); the
-    schedule decides which Mamba states exist under a vLLM store rule (the PR's rule assumes the block schedule)."""
-    if rules.store == STORE_VLLM_0_33:
-        return compute_store_boundaries_vllm(compute_rule_geometry(rules, geometry), prompt,
-                                             compute_lookahead(rules, geometry), schedule)
-    if rules.store == STORE_SGLANG:
-        return compute_store_boundaries_sglang(geometry, prompt, compute_lookahead(rules, geometry))
-    return compute_store_boundaries(geometry, prompt)
+    """Return compute_rule_objects' objects as an explicit set."""
+    return list_objects(compute_rule_objects(rules, geometry, prompt, schedule))
