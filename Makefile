@@ -69,12 +69,16 @@ verify-full: $(STAMP)
 
 test: test-main test-vllm
 
-# PYTEST_ARGS: e.g. --junitxml=FILE (the workflows); every test has a timeout (pytest-timeout)
+# PYTEST_ARGS: e.g. --junitxml=FILE (the workflows); every test has a timeout (pytest-timeout); the 15 slowest
+# tests are listed at the end (CI stays under 30 minutes: look there first)
 PYTEST_ARGS ?=
-PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) KVSPEC_SGLANG_ROOT=$(SGSRC) $(BIN)/python -m pytest -q --timeout=900 $(PYTEST_ARGS)
+PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) KVSPEC_SGLANG_ROOT=$(SGSRC) $(BIN)/python -m pytest -q --timeout=900 --durations=15 $(PYTEST_ARGS)
 
+# two pytest-xdist workers, a file per worker at a time (a module's tests stay together, in order); WORKERS=0 for one
+# process
+WORKERS ?= 2
 test-main: $(STAMP) $(SGSRC)/.unpacked
-	$(PYTEST) -m "not vllm and not soak" tests
+	$(PYTEST) $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadfile) -m "not vllm and not soak" tests
 
 # SGLang 0.5.23's wheel, unpacked (not installed): its own hit rule is the oracle of the sglang-0.5.23 rule set
 sglang-src: $(SGSRC)/.unpacked
@@ -96,7 +100,7 @@ soak: $(STAMP)
 # Each release's own code as the oracle of its rule set (tests/test_vllm_conformance.py), the releases in parallel
 # (one core each); each run's output follows when both have ended. VLLM_JUNIT=PREFIX writes PREFIX-<release>.xml.
 VLLM_JUNIT ?=
-VLLM_PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) python -m pytest -q --timeout=900 $(PYTEST_ARGS) -m vllm
+VLLM_PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) python -m pytest -q --timeout=900 --durations=10 $(PYTEST_ARGS) -m vllm
 test-vllm: $(VSTAMP) $(VSTAMP34)
 	@mkdir -p .cache; rc=0; pids=""; \
 	for pair in 0.33.0:$(VVENV) 0.34.0:$(VVENV34); do r=$${pair%%:*}; venv=$${pair#*:}; \
