@@ -43,15 +43,13 @@ def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
         for rules, n in ((r, n) for r in rule_sets for n in sizes):
             sc = Scenario(geometry=g, prompt=n, stored=(StoredRequest(prompt=n, shared=n),), rules=rules)
             spec = evaluate_scenario(sc)
-            rounds: list[int] = []
             lk = HybridLookup(g, n, lookahead=compute_lookahead(get_rules(rules), g))
             present = {(int(gid), int(t)) for gid, t in spec.present}
             if client is not None:
                 client.put_present(f"{rules}/{n}", present)
 
             def probe(objs: list[tuple[int, int]], present: set[tuple[int, int]] = present,
-                      rounds: list[int] = rounds, tag: str = f"{rules}/{n}") -> set[tuple[int, int]]:
-                rounds.append(len(objs))
+                      tag: str = f"{rules}/{n}") -> set[tuple[int, int]]:
                 return client.probe(tag, objs) if client is not None else {o for o in objs if o in present}
 
             t0 = time.perf_counter()
@@ -115,9 +113,9 @@ class _ProbeClient:
         return out
 
     def time_baseline(self, tag: str, n: int) -> float:
-        """Return the seconds of vLLM's probe: every unit boundary of every group on every rank, one call."""
-        u = self.g.unit
-        keys = self.keys(tag, [(g, t) for g in range(len(self.g.groups)) for t in range(u, n // u * u + 1, u)])
+        """Return the seconds of vLLM's probe (impl/lookup.py: list_baseline_probes) on every rank, one call."""
+        from kvspec.impl.lookup import list_baseline_probes
+        keys = self.keys(tag, list_baseline_probes(self.g, n))
         t0 = time.perf_counter()
         self.kv.exist(keys)
         return time.perf_counter() - t0

@@ -121,7 +121,8 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = N
     attention publishes its blocks up to C + e, so its one boundary off the block grid is T = C + e (fine mode,
     C > 0, T not a multiple of m); Mamba keeps the state at C and, dense, every block end up to ⌊P/u⌋, replay,
     ⌊(P−1)/u⌋ aligned to q, or with EAGLE ⌊⌊(P−1)/u⌋/m⌋·m − m and ⌊⌊P/u⌋/m⌋·m − m.
-    With lookahead ("vllm-0.33.0-lookahead"): no EAGLE drop (e = 0 whatever the flag); a hash names [0, t + 1), so
+    With hash lookahead λ = 1 on every geometry (read_closed_rules: the rule set's `lookahead` and `lookahead_scope`
+    fields, e.g. vllm-0.33.0-lookahead): no EAGLE drop (e = 0 whatever the flag); a hash names [0, t + 1), so
     the last boundary with a hash is ⌊(P−1)/u⌋ (full blocks and dense states stop there, C = ⌊(P−1)/u⌋), an
     object is visible when t + 1 <= S (t <= ⌊(S−1)/u⌋), and the lookup's bound and tail scan end at ⌊(N−1)/u⌋.
     """

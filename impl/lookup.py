@@ -218,11 +218,15 @@ class HybridLookup:
         return out
 
 
+def list_baseline_probes(geometry: Geometry, n_tokens: int) -> list[tuple[int, int]]:
+    """Return vLLM's probe on one rank: every unit boundary up to the bound ⌊N/a⌋·a, for every group."""
+    a, u = compute_alignment(geometry), geometry.unit
+    return [(g, t) for g in range(len(geometry.groups)) for t in range(u, n_tokens // a * a + 1, u)]
+
+
 def count_baseline_probes(geometry: Geometry, n_tokens: int) -> int:
-    """Return vLLM's probe count: every unit boundary up to the bound, for every group, on every rank."""
-    a = compute_alignment(geometry)
-    bound = n_tokens // a * a
-    return (bound // geometry.unit) * len(geometry.groups) * geometry.parallel.dcp
+    """Return vLLM's probe count: list_baseline_probes on every rank."""
+    return len(list_baseline_probes(geometry, n_tokens)) * geometry.parallel.dcp
 
 
-__all__ = ["HybridLookup", "NeedProbe", "Presence", "count_baseline_probes"]
+__all__ = ["HybridLookup", "NeedProbe", "Presence", "count_baseline_probes", "list_baseline_probes"]
