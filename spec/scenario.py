@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import attrs
 
-from .boundaries import Objects, compute_at_most, compute_objects_union, compute_without, make_objects
+from .boundaries import Objects, compute_objects_union
 from .errors import SpecError, require
 from .failure import compute_retry_cap, compute_safe_boundary
 from .geometry import (
@@ -57,10 +57,12 @@ from .store import (
     Obj,
     RankObj,
     compute_present_after,
+    compute_present_after_objects,
     compute_rank_objects,
     compute_rule_objects,
     compute_rule_store,
     compute_visible,
+    compute_visible_objects,
 )
 from .types import Boundary, GroupId, Rank, Tokens
 
@@ -212,13 +214,12 @@ def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES, compact: bo
 
 def _compute_stored_compact(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
                             schedule: Schedule) -> Objects:
-    """Return compute_stored's objects as runs and points: each request's store rule, each group cut to t + λ <= S."""
+    """Return compute_stored's objects as runs and points (_compute_stored_of's rule on runs)."""
     rules = get_rules(rules_name)
     lookahead = compute_lookahead(rules, g)
-    return compute_objects_union(
-        make_objects({gid: compute_at_most(b, r.shared - lookahead)
-                      for gid, b in compute_rule_objects(rules, g, Tokens(r.prompt), r.schedule or schedule).groups})
-        for r in stored)
+    return compute_objects_union(compute_visible_objects(compute_rule_objects(rules, g, Tokens(r.prompt),
+                                                                              r.schedule or schedule),
+                                                         Tokens(r.shared), lookahead) for r in stored)
 
 
 @functools.lru_cache(maxsize=1024)  # one set per stored setup: the lookups of every N and eviction share it
@@ -245,9 +246,8 @@ def compute_scenario_present(scenario: Scenario, stages: Stages = SPEC_STAGES, c
 def _compute_scenario_present(scenario: Scenario, stages: Stages, compact: bool | None) -> ObjSet:
     g = compute_rule_geometry(get_rules(scenario.rules), scenario.geometry)
     stored = compute_stored(scenario, stages, compact)
-    if isinstance(stored, Objects):  # compute_present_after's rule on runs: an object with a lost shard is gone
-        lost = {(gid, t) for gid, t, r in scenario.evicted if 0 <= r < g.parallel.dcp}
-        return make_objects({gid: compute_without(b, (t for x, t in lost if x == gid)) for gid, b in stored.groups})
+    if isinstance(stored, Objects):
+        return compute_present_after_objects(g, stored, scenario.evicted)
     return _compute_present_of(g, stored, scenario.evicted, stages)
 
 

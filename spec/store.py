@@ -13,8 +13,10 @@ from collections.abc import Iterable
 from .boundaries import (
     Boundaries,
     Objects,
+    compute_at_most,
     compute_intersection,
     compute_union,
+    compute_without,
     has_boundary,
     iterate_boundaries,
     list_objects,
@@ -144,6 +146,17 @@ def compute_present_after(geometry: Geometry, objects: frozenset[Obj], evicted: 
     ranks = geometry.parallel.dcp
     lost = {(g, t) for g, t, r in evicted if 0 <= r < ranks}
     return objects - lost if lost else objects
+
+
+def compute_visible_objects(objects: Objects, shared: Tokens, lookahead: int = 0) -> Objects:
+    """Return compute_visible on runs and points: each group's boundaries cut to t <= S − λ."""
+    return make_objects({g: compute_at_most(b, shared - lookahead) for g, b in objects.groups})
+
+
+def compute_present_after_objects(geometry: Geometry, objects: Objects, evicted: Iterable[RankObj]) -> Objects:
+    """Return compute_present_after on runs and points: an object with a lost shard becomes a hole of its group."""
+    lost = {(g, t) for g, t, r in evicted if 0 <= r < geometry.parallel.dcp}
+    return make_objects({g: compute_without(b, (t for x, t in lost if x == g)) for g, b in objects.groups})
 
 
 def compute_present(geometry: Geometry, rank_objects: Iterable[RankObj]) -> frozenset[Obj]:
