@@ -85,6 +85,10 @@ class ClosedForm:
     mamba_below: Any = None  # t ↦ the largest stored, visible Mamba state <= t (0: none), the rule set's own
     checkpoint: Any = None  # C (units) under vLLM's store rule
     hashed: Any = None  # the last boundary with a hash (units)
+    top: Any = None  # the lookup's first bound and the top of its tail scan: ⌊N/u⌋, with hash lookahead ⌊(N−1)/u⌋
+    eagle: Any = 0  # 1: the EAGLE drop applies (the flag, and no hash lookahead)
+    attention_below: Any = None  # β ↦ (nb, inside, r, y): the attention finder at bound β (y: after the EAGLE drop)
+    attention_calls: tuple[tuple[Any, ...], ...] = ()  # (β, nb, inside, r, y) at the first bound and at ⌊(N−1)/u⌋
 
 
 @attrs.frozen
@@ -112,10 +116,12 @@ def read_closed_rules(rule: str) -> tuple[bool, bool]:
     return rs.lookahead == 1, rs.store == STORE_VLLM_0_33
 
 
-def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = None) -> tuple[ClosedForm, Any, Any]:
+def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = None,
+                        name_reaches: bool = False) -> tuple[ClosedForm, Any, Any]:
     """Return the closed form and the membership functions of E, in units, under the PR's store rule, vLLM 0.33.0's,
     or vLLM 0.33.0's with hash lookahead λ = 1; with `cap` (units), the lookup's first bound is min(bound, cap) (the
-    retry after a failed load: spec/lookup.py compute_lookup(cap=...)).
+    retry after a failed load: spec/lookup.py compute_lookup(cap=...)); with `name_reaches`, each attention reach is a
+    definition of its own (the efficiency queries leave it out; the other theorems were tuned without the names).
 
     vLLM 0.33.0 (rule "vllm-0.33.0"): the checkpoint C = ⌊P/u⌋ − 1 with EAGLE, else ⌊(P−1)/u⌋ (a = u here);
     attention publishes its blocks up to C + e, so its one boundary off the block grid is T = C + e (fine mode,
@@ -172,6 +178,8 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = N
         nb = ops.floordiv(ops.min(ops.min(full, su), bound), m)
         inside = ops.And(tail_vis, nb * m < tail, tail <= (nb + 1) * m - 1, tail <= bound)
         r = ops.If(inside, tail, nb * m)
+        if name_reaches:  # a definition of its own, which a query can leave out (the efficiency steps)
+            r = ops.let("r", r)
         return nb, inside, r, ops.let("y", ops.max(ops.If(ops.And(e == 1, r > 0), r - 1, r), 0))
 
     def mamba_at(h_att: Any) -> Any:
@@ -212,7 +220,8 @@ def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = N
     cf = ClosedForm(m=m, n_units=nu, n_below=n1, s_units=su, full=full, tail=tail, tail_vis=tail_vis, sel=sel, nb=nb,
                     inside=inside, reach=r, hit=hit, mamba_calls=calls, tail_attention=tail_of(att_has, m),
                     tail_mamba=tail_of(mam_has, q), replay=replay, retention=(replay, r1, r2), mamba_below=mamba_at,
-                    checkpoint=ck if vllm else None, hashed=hashed)
+                    checkpoint=ck if vllm else None, hashed=hashed, top=top, eagle=e, attention_below=attention_at,
+                    attention_calls=((first, *at_top), (n1, *at_below)))
     return cf, att_has, mam_has
 
 
@@ -255,6 +264,83 @@ def has_tail_facts(ops: Any, x: Params, cf: ClosedForm, att_has: Any, mam_has: A
     return ops.Implies(h > 0, ops.And(b >= 1, h <= b, b <= (c + 1) * m, c * m < b, ops.cdiv(b, m) - 1 == c,
                                       att_has(b), b <= cf.n_units, c * m <= cf.full, c * m <= cf.s_units,
                                       cf.tail_mamba == h, ops.cdiv(cf.tail_mamba, x.q) == ops.cdiv(h, x.q)))
+
+
+Gone = tuple[Any, Any]  # an evicted object (group: 0 attention, 1 Mamba; boundary in units), or None: nothing evicted
+
+
+def compute_without(ops: Any, has: Any, group: int, gone: Gone | None) -> Any:
+    """Return the membership test of a group's objects with the evicted one (if of that group) taken out."""
+    if gone is None:
+        return has
+    return lambda t: ops.And(has(t), ops.Not(ops.And(gone[0] == group, t == gone[1])))
+
+
+def is_closed_attention_servable(ops: Any, cf: ClosedForm, att_has: Any, x: Any, top: Any,
+                                 gone: Gone | None = None) -> Any:
+    """Return whether the attention group can load [0, x) (x >= 1 units) from E minus `gone` with tail keys up to `top`
+    (spec/lookup.py is_attention_servable): the full blocks up to ⌊x/m⌋·m stored and visible (none evicted) and,
+    unless m divides x, a stored boundary in [x, min(⌈x/m⌉·m, top)] — the block end or the tail T, the only ones there."""
+    m, att = cf.m, compute_without(ops, att_has, 0, gone)
+    k = ops.floordiv(x, m) * m  # the full blocks x needs end here
+    run = ops.And(k <= cf.full, k <= cf.s_units)
+    if gone is not None:  # the stored full blocks are every multiple of m up to min(F, ⌊S/u⌋): one evicted cuts the run
+        run = ops.And(run, ops.Not(ops.And(gone[0] == 0, gone[1] >= 1, gone[1] <= k, ops.divides(m, gone[1]))))
+    end = ops.cdiv(x, m) * m
+    lim = ops.min(end, top)
+    edge = ops.Or(ops.And(att(end), end <= top), ops.And(cf.tail_vis, x <= cf.tail, cf.tail <= lim, att(cf.tail)))
+    return ops.let("att_ok", ops.And(x >= 1, run, ops.Or(ops.divides(m, x), edge)))
+
+
+def is_closed_servable(ops: Any, cf: ClosedForm, att_has: Any, mam_has: Any, t: Any, top: Any,
+                       gone: Gone | None = None) -> Any:
+    """Return whether a load of t units (t >= 1) can be served from E minus `gone` with tail keys up to `top`
+    (spec/lookup.py compute_best_at, in units, a = u): a visible Mamba state at t, and the attention group serves
+    t + e (the EAGLE drop)."""
+    return ops.And(t >= 1, compute_without(ops, mam_has, 1, gone)(t),
+                   is_closed_attention_servable(ops, cf, att_has, t + cf.eagle, top, gone))
+
+
+def is_attention_maximal(ops: Any, cf: ClosedForm, att_has: Any, beta: Any, r: Any, x: Any) -> Any:
+    """Return the attention finder's maximality at a bound β >= 0 (r its reach there), seen from any x: 0 <= r <=
+    β; an x in [1, β] the group can serve with tail keys up to β is <= r; every x in [1, r] can be served; and an x
+    past β can be served only on the block grid, within F and ⌊S/u⌋ (no tail key up to β reaches it)."""
+    ok = is_closed_attention_servable(ops, cf, att_has, x, beta)
+    return ops.And(r >= 0, r <= beta, ops.Implies(ops.And(x <= beta, ok), x <= r),
+                   ops.Implies(ops.And(x >= 1, x <= r), ok),
+                   ops.Implies(ops.And(x > beta, ok), ops.And(ops.divides(cf.m, x), x <= cf.full, x <= cf.s_units)))
+
+
+def is_mamba_maximal(ops: Any, mam_has: Any, y: Any, hm: Any, t: Any) -> Any:
+    """Return the Mamba finder's maximality at a bound y (hm its hit), seen from any t: a stored visible state at
+    t in [1, y] is <= hm."""
+    return ops.Implies(ops.And(t >= 1, t <= y, mam_has(t)), t <= hm)
+
+
+def compute_best_top(ops: Any, cf: ClosedForm, att_has: Any, mam_has: Any, gone: Gone | None = None) -> Any:
+    """Return the tail-key top the best hit is judged at (spec/lookup.py compute_best_hit): the lookup's first bound,
+    or ⌊(N−1)/u⌋ when the first bound itself is servable and not below N (the best is then derived again there)."""
+    first = cf.top
+    again = ops.And(first > cf.n_below, is_closed_servable(ops, cf, att_has, mam_has, first, first, gone))
+    return ops.let("best_top", ops.If(again, cf.n_below, first))
+
+
+def is_closed_best(ops: Any, cf: ClosedForm, att_has: Any, mam_has: Any, h: Any, t: Any, top: Any,
+                   gone: Gone | None = None) -> Any:
+    """Return whether h is the best hit of E minus `gone` with tail keys up to `top`, as seen from a candidate t: h is
+    0 or servable, h <= ⌊(N−1)/u⌋, and t is not a servable boundary in (h, ⌊(N−1)/u⌋] (for every t: h is the largest)."""
+    return ops.And(h >= 0, h <= cf.n_below, ops.Or(h == 0, is_closed_servable(ops, cf, att_has, mam_has, h, top, gone)),
+                   ops.Not(ops.And(h < t, t <= cf.n_below, is_closed_servable(ops, cf, att_has, mam_has, t, top, gone))))
+
+
+def compute_closed_best(cf: ClosedForm, att_has: Any, mam_has: Any, physical: bool = False,
+                        gone: Gone | None = None) -> int:
+    """Return, on ints, the best hit of E minus `gone` in units: the largest servable t <= ⌊(N−1)/u⌋ (0 if none), with
+    tail keys up to compute_best_top (MAX-HIT's best) or, `physical`, up to the first bound (BEST's)."""
+    from kvspec.spec.ops import IntOps
+    top = cf.top if physical else compute_best_top(IntOps, cf, att_has, mam_has, gone)
+    return next((t for t in range(cf.n_below, 0, -1) if is_closed_servable(IntOps, cf, att_has, mam_has, t, top, gone)),
+                0)
 
 
 def compute_scaled(ops: Any, u: Any, t: Any) -> Any:

@@ -10,7 +10,7 @@ rows state per rule set whether the property holds (or is refuted, with a runnab
 * ``RESEND`` — an identical resend hits ``compute_resend_best`` (⌊(P−1)/a⌋·a; with EAGLE
   max(⌊P/a⌋·a − a, 0)), every P up to 2L + 2u.
 * ``MONO-PREFIX`` — a longer shared prefix never lowers the hit.
-* ``MONO-EVICT`` — evicting one rank's shard of a stored object never raises the hit.
+* ``MONO-EVICT`` — evicting one rank's shard of a stored object never raises the hit (every reader N <= P).
 * ``MONO-MORE`` — storing one more request never lowers the hit.
 * ``CONTENT`` — every loaded byte equals what the reader computes itself (``spec/content.py``): the
   draft-KV hazard is a refutation under the legacy hashes, closed by hash lookahead.
@@ -127,16 +127,22 @@ def iterate_mono_prefix(g: Geometry, rules: str, memo: Memo) -> Iterator[Instanc
 
 
 def iterate_mono_evict(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
-    """Yield, per P and stored object, whether evicting its last rank's shard leaves the hit at most as it was."""
+    """Yield, per stored P, reader N <= P (sharing all N) and stored object, whether evicting its last rank's shard
+    leaves the hit at most as it was."""
     last = Rank(g.parallel.dcp - 1)
-    for p in (x for x in compute_lengths(g, 3) if x >= 1):
-        stored = (StoredRequest(prompt=p, shared=p),)
-        base = memo.hit(Scenario(geometry=g, prompt=p, stored=stored, rules=rules))
-        rs = get_rules(rules)
-        for gid, t in sorted(compute_visible(memo.store(rules, g, p), Tokens(p), compute_lookahead(rs, g))):
-            sc = Scenario(geometry=g, prompt=p, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
-            h = memo.hit(sc)
-            yield Instance(h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}")
+    lens = [x for x in compute_lengths(g, 3) if x >= 1]
+    rs = get_rules(rules)
+    for p in lens:
+        visible = sorted(compute_visible(memo.store(rules, g, p), Tokens(p), compute_lookahead(rs, g)))
+        for n in (x for x in lens if x <= p):
+            stored = (StoredRequest(prompt=p, shared=n),)
+            base = memo.hit(Scenario(geometry=g, prompt=n, stored=stored, rules=rules))
+            for gid, t in visible:
+                if t > n:  # beyond the reader's prefix: not visible to it, evicting it changes nothing
+                    continue
+                sc = Scenario(geometry=g, prompt=n, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
+                h = memo.hit(sc)
+                yield Instance(h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}")
 
 
 def iterate_mono_more(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 import attrs
 
@@ -16,7 +17,17 @@ from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule, describe_schedule
 from kvspec.spec.store import compute_rule_store
 from kvspec.spec.types import GroupId, Tokens
 
-from .closed_form import VLLM, ClosedForm, Params, StateSet, compute_closed_form, compute_closed_safe, compute_scaled
+from .closed_form import (
+    VLLM,
+    ClosedForm,
+    Gone,
+    Params,
+    StateSet,
+    compute_closed_best,
+    compute_closed_form,
+    compute_closed_safe,
+    compute_scaled,
+)
 
 
 @functools.lru_cache(maxsize=1024)  # a scope's inputs share few geometries: one value each (and warm spec caches)
@@ -124,6 +135,28 @@ def compare_failure(x: Params, rule: str = "pr53324") -> str | None:
     return None
 
 
+def compare_best(x: Params, rule: str = "pr53324") -> str | None:
+    """Return the first difference between the closed form's best and spec/lookup.py's, or None: MAX-HIT's best
+    (compute_best_hit) of E and of E minus each one stored object, and BEST's (compute_physical_best) of E."""
+    from kvspec.spec.lookup import compute_best_hit, compute_physical_best
+    from kvspec.spec.rules import compute_lookahead, compute_rule_geometry
+    cf, sc, out = compute_pair(x, False, rule)
+    if out.error is not None:
+        return f"spec error {out.error}"
+    rs = get_rules(rule)
+    g, lam = compute_rule_geometry(rs, sc.geometry), compute_lookahead(rs, sc.geometry)
+    _, att_has, mam_has = compute_closed_form(IntOps, x, rule)
+    cases: list[tuple[Any, Any, Gone | None]] = [(compute_physical_best, out.present, None),
+                                                 (compute_best_hit, out.present, None)]
+    cases += [(compute_best_hit, out.present - {obj}, (min(obj[0], 1), obj[1] // x.u)) for obj in sorted(out.present)]
+    for best, present, gone in cases:
+        want = best(g, present, Tokens(x.n), lam)
+        got = x.u * compute_closed_best(cf, att_has, mam_has, physical=best is compute_physical_best, gone=gone)
+        if got != want:
+            return f"spec {best.__name__} {want} but closed form {got} (evicted {gone}) for {x}"
+    return None
+
+
 def iterate_small_scope(dcps: tuple[int, ...] = (1, 2, 4, 8), units: tuple[int, ...] = (1, 2, 4),
                         max_q: int = 4, blocks: int = 2) -> Iterator[Params]:
     """Yield every closed-form input of a small scope: prompts up to `blocks` attention spans, every shared prefix."""
@@ -167,6 +200,8 @@ class LinkScope:
 
 
 LINK_SCOPE = LinkScope(name="link", dcps=(1, 2, 4, 8), units=(1, 2), max_q=2, blocks=1)
+# the efficiency theorems' best, with every one-object eviction: a D that is not a power of two, smaller than LINK_SCOPE
+LINK_SCOPE_BEST = LinkScope(name="link-best", dcps=(1, 2, 3), units=(1, 2), max_q=2, blocks=1)
 LINK_SCOPE_DRAFT = LinkScope(name="link-draft", dcps=(1, 4), units=(1, 2), max_q=2, blocks=1, draft=True)
 
 # the any-schedule link: budgets from one token to a few scheduler blocks, prefill checkpoint blocks, kvspec's proposal

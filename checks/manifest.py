@@ -33,7 +33,7 @@ from .exhaustive import (
     SCOPE_SMALL_VLLM,
     Scope,
 )
-from .link import LINK_SCOPE, LINK_SCOPE_DRAFT, LINK_SCOPE_SCHEDULES, LinkScope
+from .link import LINK_SCOPE, LINK_SCOPE_BEST, LINK_SCOPE_DRAFT, LINK_SCOPE_SCHEDULES, LinkScope
 
 Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
 FAST_THEOREMS = ("I-1/2", "I-6", "CONTENT-KEY", "CONTENT-KEY@legacy-hashes", "LEMMA-MAMBA", "I-14", "I-18", "I-20",
@@ -143,8 +143,8 @@ class TheoremCheck(OneRow):
         v = prove(th)
         out: Part = {"answer": v.answer, "ok": v.ok, "seconds": v.seconds, "queries": v.queries,
                      "rlimit_used": v.rlimit_used, "reason": v.reason, "model": v.model}
-        if v.model is not None and th.name.startswith("LEGACY"):
-            out["command"] = format_explain_command(v.model)
+        if v.model is not None and (th.explain is not None or th.name.startswith("LEGACY")):
+            out["command"] = (th.explain or format_explain_command)(v.model)
         return out
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
@@ -316,6 +316,9 @@ class ExhaustiveCheck(SharedPass):
 LINK_WHAT = {"lookup": "closed form == executable fixed point (h, tail boundaries)",
              "failure": "closed-form safe boundary == spec/failure.py for every first failed attention block, Mamba "
                         "block loaded or not, and the capped retry's hit",
+             "best": "the closed form's best (closed_form.is_closed_servable: the efficiency theorems' statement) == "
+                     "spec/lookup.py's: compute_best_hit of E and of E minus each one stored object, "
+                     "compute_physical_best of E",
              "schedules": "closed form over the Mamba states a chunk schedule left (the any-schedule theorems' "
                           "predicate) == the spec under that schedule (h, tail boundaries); the states lie on Mamba "
                           "block ends with a hash or C, and C is among them"}
@@ -336,7 +339,7 @@ class LinkCheck(SharedPass):
         return (None,)
 
     def run(self, part: Any, fast: bool) -> Part:
-        from .link import compare, compare_failure, compare_schedule
+        from .link import compare, compare_best, compare_failure, compare_schedule
         k = len(self.rows)
         n, secs = [0] * k, [0.0] * k
         bad: list[list[str]] = [[] for _ in range(k)]
@@ -353,7 +356,8 @@ class LinkCheck(SharedPass):
                               if (d := compare_schedule(x, sch, self.scope.draft, self.rule))), None)
                 else:
                     n[i] += 1
-                    r = compare_failure(x, self.rule) if what == "failure" else compare(x, self.scope.draft, self.rule)
+                    r = (compare_failure(x, self.rule) if what == "failure" else compare_best(x, self.rule)
+                         if what == "best" else compare(x, self.scope.draft, self.rule))
                 if r:
                     bad[i].append(r)
                 secs[i] += time.perf_counter() - t0
@@ -592,7 +596,7 @@ EFFICIENCY: tuple[tuple[str, str, str, int, int | None], ...] = (
     ("BEST", "pr53324", "refuted", 11, 1058), ("BEST", "vllm-0.33.0", "refuted", 11, 280),
     ("RESEND", "pr53324", "refuted", 4, 29456), ("RESEND", "vllm-0.33.0", "holds", 3, None),
     ("MONO-PREFIX", "pr53324", "holds", 7, None), ("MONO-PREFIX", "vllm-0.33.0", "holds", 7, None),
-    ("MONO-EVICT", "pr53324", "refuted", 7, 341), ("MONO-EVICT", "vllm-0.33.0", "holds", 7, None),
+    ("MONO-EVICT", "pr53324", "refuted", 7, 1314), ("MONO-EVICT", "vllm-0.33.0", "refuted", 7, 1481),
     ("MONO-MORE", "pr53324", "refuted", 13, 750), ("MONO-MORE", "vllm-0.33.0", "holds", 13, None),
     ("CONTENT", "pr53324", "refuted", 7, 809), ("CONTENT", "vllm-0.33.0", "refuted", 7, 152),
     ("CONTENT", "vllm-0.33.0-lookahead", "holds", 7, None), ("BEST", "vllm-0.33.0-lookahead", "holds", 11, None),
@@ -635,9 +639,11 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
             ExhaustiveCheck(rows=(("EXHAUSTIVE/vllm-0.33.0/schedules", SCOPE_SCHEDULES_VLLM),
                                   ("EXHAUSTIVE/vllm-0.34.0/schedules", SCOPE_SCHEDULES_0_34))),
             LinkCheck(rows=(("LINK-exhaustive", "lookup"), ("LINK-failure", "failure")), scope=LINK_SCOPE),
+            LinkCheck(rows=(("LINK-best", "best"),), scope=LINK_SCOPE_BEST),
             LinkHypothesisCheck(), LinkCheck(rows=(("LINK-exhaustive-draft", "lookup"),), scope=LINK_SCOPE_DRAFT)]
     for r in VLLM_RULES:  # each closed form of vLLM 0.33.0's store rule, linked as the PR's is
         out += [LinkCheck(rows=((f"LINK-{r}", "lookup"), (f"LINK-failure-{r}", "failure")), scope=LINK_SCOPE, rule=r),
+                LinkCheck(rows=((f"LINK-best-{r}", "best"),), scope=LINK_SCOPE_BEST, rule=r),
                 LinkCheck(rows=((f"LINK-{r}-draft", "lookup"),), scope=LINK_SCOPE_DRAFT, rule=r),
                 LinkHypothesisCheck(id=f"LINK-hypothesis-{r}", rule=r),
                 LinkCheck(rows=((f"LINK-{r}/schedules", "schedules"),), scope=LINK_SCOPE_SCHEDULES, rule=r)]

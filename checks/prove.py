@@ -17,20 +17,27 @@ import attrs
 from kvspec.spec.content import DRAFT_REACH
 from kvspec.spec.invariants import REGISTRY, get_invariant, pre_loaded_from_visible
 from kvspec.spec.ops import IntOps
+from kvspec.spec.types import Boundary, GroupId, Rank
 
 from .closed_form import (
     LOOKAHEAD,
     VLLM,
     VLLM_RULES,
     Params,
+    compute_best_top,
     compute_closed_form,
     compute_closed_resend,
     compute_closed_safe,
     compute_closed_witness,
     has_mamba_facts,
     has_tail_facts,
+    is_attention_maximal,
+    is_closed_attention_servable,
+    is_closed_best,
+    is_closed_servable,
     is_hit_shaped,
     is_mamba_fact,
+    is_mamba_maximal,
     pre_params,
 )
 from .rulesets import get_rule_checks
@@ -72,6 +79,8 @@ class Theorem:
     seeds: tuple[int, ...] = (0,)  # Z3 random seeds, tried in turn (each with the whole portfolio) while unknown
     attempts: tuple[tuple[str, int], ...] | None = None  # the theorem's own portfolio (default: ATTEMPTS)
     accumulate: bool = False  # with split: each conjunct's query assumes the conjuncts proved before it
+    explain: Callable[[dict[str, int]], str] | None = None  # the kvspec commands that show a counterexample on the spec
+    shared_lets: bool = False  # one name per defined quantity however often it is built (Z3Ops(shared_lets=...))
 
 
 @attrs.frozen(kw_only=True)
@@ -304,6 +313,175 @@ def _replay_resend(rule: str) -> Callable[[dict[str, int]], bool]:
     return replay
 
 
+# ------------------------------------------------------------------ efficiency: the hit is the best E allows
+# The best (spec/lookup.py compute_best_hit) is the largest t <= ⌊(N−1)/u⌋ the store can serve (closed_form.
+# is_closed_servable), with tail keys up to the bound the best is judged at (closed_form.compute_best_top). Its
+# maximality is cut in four: the attention finder at any bound is maximal (LEMMA-ATT-MAX) and the Mamba finder too
+# (LEMMA-MAMBA-MAX); the best is judged at the bound the hit was derived at (LEMMA-BEST-TOP); the hit is the best
+# (MAX-HIT), from the first three instantiated at the candidate t (a free variable: the claim holds for every t).
+# The efficiency claims then rest on MAX-HIT instantiated at the candidate: BEST (tail keys up to the first bound),
+# MONO-PREFIX (the hit at S is servable at any S' >= S, whose hit is then no smaller), MONO-EVICT (no candidate
+# above h is servable once any one object is evicted; MAX-HIT on that store is the exhaustive registry's).
+EFFICIENCY_STEPS = ("LEMMA-ATT-MAX", "LEMMA-MAMBA-MAX", "LEMMA-BEST-TOP", "MAX-HIT")
+EFFICIENCY_CLAIMS = ("BEST", "MONO-PREFIX", "MONO-EVICT")
+EFFICIENCY_NAMES = {"LEMMA-ATT-MAX": ("t", "beta"), "LEMMA-MAMBA-MAX": ("t", "beta"), "MONO-EVICT": ("t", "g0", "b0"),
+                    "MONO-PREFIX": ("t", "s2")}
+
+
+def compute_efficiency_claim(ops: Any, x: Params, rule: str, kind: str, free: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """Return (precondition, claim, names whose definitions the query leaves out) of an efficiency step or claim, on
+    the closed form of x under a rule set, the free variables (t: the candidate) given; the same on ints (replay)."""
+    cf, att, mam = compute_closed_form(ops, x, rule, name_reaches=True)
+    e, h, t = cf.eagle, cf.hit, free["t"]
+    (first, _, _, r1, y1), (n1, _, _, r2, y2) = cf.attention_calls
+    (_, hm1), (_, hm2) = cf.mamba_calls
+    pre = pre_params(ops, x)
+    # the finders' results are known only through their lemmas: the Mamba hits and the attention reaches
+    hidden = {str(hm1), str(hm2), str(r1), str(r2)}
+    if kind == "LEMMA-ATT-MAX":  # at any bound β >= 0, seen from any x (t)
+        beta = free["beta"]
+        return ops.And(pre, beta >= 0), is_attention_maximal(ops, cf, att, beta, cf.attention_below(beta)[2], t), ()
+    if kind == "LEMMA-MAMBA-MAX":
+        beta = free["beta"]
+        return pre, is_mamba_maximal(ops, mam, beta, cf.mamba_below(beta), t), ()
+
+    def servable(xx: Any, beta: Any) -> Any:
+        return is_closed_attention_servable(ops, cf, att, xx, beta)
+
+    pre = ops.And(pre, has_mamba_facts(ops, cf, mam))
+    if kind == "LEMMA-BEST-TOP":  # the lemmas at the first bound, seen from the first bound
+        hidden.add(str(servable(first + e, first)))
+        return (ops.And(pre, is_attention_maximal(ops, cf, att, first, r1, first + e),
+                        is_mamba_maximal(ops, mam, y1, hm1, first)), compute_best_top(ops, cf, att, mam) == cf.sel, hidden)
+    if kind == "MAX-HIT":  # the lemmas at the bound the hit was derived at (sel, reach: the If of the two calls')
+        facts = [is_attention_maximal(ops, cf, att, cf.sel, cf.reach, t + e),
+                 is_attention_maximal(ops, cf, att, cf.sel, cf.reach, h + e),
+                 is_attention_maximal(ops, cf, att, first, r1, first + e),
+                 is_mamba_maximal(ops, mam, y1, hm1, t), is_mamba_maximal(ops, mam, y2, hm2, t)]
+        hidden |= {str(servable(t + e, cf.sel)), str(servable(h + e, cf.sel)), str(servable(first + e, first))}
+        # judged at sel, which LEMMA-BEST-TOP shows is compute_best_top
+        return ops.And(pre, *facts), is_closed_best(ops, cf, att, mam, h, t, cf.sel), hidden
+    best = (is_closed_best(ops, cf, att, mam, h, t, cf.sel), compute_best_top(ops, cf, att, mam) == cf.sel)
+    pre = ops.And(pre, *best)  # MAX-HIT at the candidate, and LEMMA-BEST-TOP
+    if kind == "BEST":  # the physical best: tail keys up to the first bound
+        return pre, is_closed_best(ops, cf, att, mam, h, t, cf.top), hidden
+    if kind == "MONO-PREFIX":  # the hit at S is servable at S' >= S (the S'-side best is then >= h: MAX-HIT there)
+        x2 = attrs.evolve(x, s_shared=free["s2"])
+        cf2, att2, mam2 = compute_closed_form(ops, x2, rule, name_reaches=True)
+        claim = ops.Or(h == 0, is_closed_servable(ops, cf2, att2, mam2, h, compute_best_top(ops, cf2, att2, mam2)))
+        return ops.And(pre, pre_params(ops, x2), free["s2"] >= x.s_shared), claim, hidden
+    assert kind == "MONO-EVICT", kind  # no candidate above h is servable once one object (g0: 0 attention, 1 Mamba) goes
+    gone = (free["g0"], free["b0"])
+    top = compute_best_top(ops, cf, att, mam, gone)
+    claim = ops.Not(ops.And(h < t, t <= cf.n_below, is_closed_servable(ops, cf, att, mam, t, top, gone)))
+    return ops.And(pre, ops.Or(gone[0] == 0, gone[0] == 1)), claim, hidden
+
+
+def _efficiency(kind: str, rule: str) -> Callable[[Z3Ops], Query]:
+    """Return the builder of an efficiency step or claim under a rule set (u, q, D, P, N, S and the candidate free)."""
+
+    def build(ops: Z3Ops) -> Query:
+        x, v = _params(ops, (None, None, None))
+        free = {n: ops.z3.Int(n) for n in ("t", *EFFICIENCY_NAMES.get(kind, ()))}
+        pre, claim, hidden = compute_efficiency_claim(ops, x, rule, kind, free)
+        return Query(pre=pre, claim=claim, variables={**v, **free}, opaque=frozenset(hidden))
+
+    return build
+
+
+def compute_efficiency_scenarios(model: dict[str, int], rule: str, kind: str) -> tuple[Any, Any]:
+    """Return the spec scenarios a counterexample of BEST or MONO-EVICT describes: (the scenario, the same with the
+    object evicted on rank 0 for MONO-EVICT, else None)."""
+    from .link import build_scenario
+    sc = build_scenario(_model_params(model), rule=rule)
+    if kind != "MONO-EVICT":
+        return sc, None
+    gid = 0 if model["g0"] == 0 else len(sc.geometry.groups) - 1
+    shard = (GroupId(gid), Boundary(model["u"] * model["b0"]), Rank(0))
+    return sc, attrs.evolve(sc, evicted=frozenset({shard}))
+
+
+def _replay_efficiency(kind: str, rule: str) -> Callable[[dict[str, int]], bool]:
+    """Return the replay of an efficiency counterexample: the claim fails on ints at the model and, for BEST and
+    MONO-EVICT, the spec itself shows it (h below its physical best; a hit raised by the eviction)."""
+
+    def replay(model: dict[str, int]) -> bool:
+        x = _model_params(model)
+        if not pre_params(IntOps, x):
+            return False
+        free = {n: model[n] for n in ("t", *EFFICIENCY_NAMES.get(kind, ()))}
+        pre, claim, _ = compute_efficiency_claim(IntOps, x, rule, kind, free)
+        if not pre or claim:
+            return False
+        if kind not in ("BEST", "MONO-EVICT"):
+            return True
+        from kvspec.spec.lookup import compute_physical_best
+        from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
+        from kvspec.spec.scenario import evaluate_scenario
+        sc, evicted = compute_efficiency_scenarios(model, rule, kind)
+        out = evaluate_scenario(sc)
+        if evicted is not None:
+            return bool(evaluate_scenario(evicted).hit_length > out.hit_length)
+        rs = get_rules(rule)
+        best = compute_physical_best(compute_rule_geometry(rs, sc.geometry), out.present, sc.prompt,
+                                     compute_lookahead(rs, sc.geometry))
+        return bool(out.hit_length < best)
+
+    return replay
+
+
+def _explain_efficiency(kind: str, rule: str) -> Callable[[dict[str, int]], str]:
+    """Return the kvspec commands that show an efficiency counterexample on the spec."""
+    from .adapters import format_explain_command
+
+    def explain(model: dict[str, int]) -> str:
+        sc, evicted = compute_efficiency_scenarios(model, rule, kind)
+        return " ; ".join(format_explain_command(s) for s in (sc, evicted) if s is not None)
+
+    return explain
+
+
+def compute_efficiency_theorems() -> list[Theorem]:
+    """Return the efficiency theorems under the PR's rules and each of VLLM_RULES: the maximality lemmas, MAX-HIT,
+    and BEST, MONO-PREFIX, MONO-EVICT (refuted where the rule set loses cache: a re-derived lookup judges tail keys
+    only up to ⌊(N−1)/u⌋)."""
+    out = []
+    words = {"LEMMA-ATT-MAX": "the attention finder at any bound β is maximal: every x <= β it can serve with tail "
+                              "keys up to β is within its reach, every x up to the reach can be served",
+             "LEMMA-MAMBA-MAX": "the Mamba finder at any bound is maximal: no stored visible state within the bound "
+                                "lies above its hit",
+             "LEMMA-BEST-TOP": "the best is judged at the bound the hit was derived at (the first bound, or "
+                               "⌊(N−1)/u⌋ when the first bound itself is servable)",
+             "MAX-HIT": get_invariant("MAX-HIT").statement,
+             "BEST": "h is the physical best: no larger t <= ⌊(N−1)/u⌋ is servable with tail keys up to the first bound",
+             "MONO-PREFIX": "a longer shared prefix never lowers the hit",
+             "MONO-EVICT": "evicting any one stored object never raises the hit (no larger t servable without it)"}
+    refuted = {("BEST", "pr53324"), ("BEST", VLLM), ("MONO-EVICT", "pr53324"), ("MONO-EVICT", VLLM)}
+    extra = {"LEMMA-ATT-MAX": ", β", "LEMMA-MAMBA-MAX": ", β", "MONO-PREFIX": ", S' >= S",
+             "MONO-EVICT": ", the evicted object"}
+    for rule in ("pr53324", *VLLM_RULES):
+        at = get_rule_checks(rule).at
+        link = f"LINK-best{at.replace('@', '-')}"
+        closed = f"closed form's best (closed_form.is_closed_servable); link closed best == spec/lookup.py's ({link})"
+        for kind in (*EFFICIENCY_STEPS, *EFFICIENCY_CLAIMS):
+            k = EFFICIENCY_STEPS.index(kind) if kind in EFFICIENCY_STEPS else len(EFFICIENCY_STEPS)
+            # the finders' lemmas stand alone; the later steps assume LEMMA-MAMBA and the steps before them
+            lemmas = [f"{st}{at}" for st in (STEPS[0], *EFFICIENCY_STEPS[:k])] if k > 1 else []
+            rests = [*lemmas, closed]
+            if kind == "MONO-PREFIX":
+                rests.append(f"MAX-HIT/z3{at} at S' (the hit there is the best)")
+            if kind == "MONO-EVICT":
+                rests.append("MAX-HIT on the evicted store (exhaustive: the registry rows)")
+            name = (kind if kind.startswith("LEMMA") else f"{kind}/z3") + at
+            out.append(Theorem(name=name, statement=words[kind] + f" [every u, q, D, P, N, S; rules {rule}]",
+                               build=_efficiency(kind, rule), expected="refuted" if (kind, rule) in refuted else "proved",
+                               budget_s=20.0, rests_on="; ".join(rests), replay=_replay_efficiency(kind, rule),
+                               explain=_explain_efficiency(kind, rule) if kind in ("BEST", "MONO-EVICT") else None,
+                               precondition=_pre(ALL + ", the candidate t" + extra.get(kind, ""), tuple(lemmas)),
+                               shared_lets=True, **{**SYMBOLIC, "split": True}))
+    return out
+
+
 CONTENT_NAMES = get_invariant("CONTENT-KEY").variables
 
 
@@ -465,6 +643,7 @@ def compute_theorems() -> tuple[Theorem, ...]:
                            expected=expected, budget_s=30.0, rests_on=CLOSED, replay=_replay_resend(rule),
                            precondition=_pre("S = P = N; u, q, D, P symbolic"), **SYMBOLIC))
     out.extend(compute_schedule_theorems(lemmas))
+    out.extend(compute_efficiency_theorems())
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
                        "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
                        rlimit=40_000_000,  # per seed (HINTS): a stuck seed gives way early
@@ -630,7 +809,7 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
     """
     t0 = time.perf_counter()
     deadline = t0 + (timeout_s if timeout_s is not None else WALL_BACKSTOP_S)
-    ops = Z3Ops(div_vars=th.div_vars)
+    ops = Z3Ops(div_vars=th.div_vars, shared_lets=th.shared_lets)
     z3 = ops.z3
     q = th.build(ops)
     pre, claim, variables = q.pre, q.claim, q.variables

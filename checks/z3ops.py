@@ -72,8 +72,11 @@ class Z3Ops:
 
     name = "z3"
 
-    def __init__(self, div_vars: bool = False) -> None:
+    def __init__(self, div_vars: bool = False, shared_lets: bool = False) -> None:
         self.z3 = Z3InContext()
+        # shared_lets: one name per (name, value) — a quantity built twice (a fact about it in the precondition, the
+        # claim that reads it) is then one constant, which a query can leave opaque in both places at once
+        self._lets: dict[tuple[str, int], Any] | None = {} if shared_lets else None
         self.rlimit_seen = 0  # the context's resource counter after the last query (see prove._query)
         # div_vars: a division by a non-numeral term gets explicit quotient/remainder variables
         # (a = k·b + r, 0 <= r < b, a definition), which leaves Z3 only multiplications.
@@ -302,8 +305,15 @@ class Z3Ops:
         return v
 
     def let(self, name: str, value: Any) -> Any:
-        """Return a fresh variable defined equal to value (a definition, see ``compute_cone``)."""
+        """Return a fresh variable defined equal to value (a definition, see ``compute_cone``); with shared_lets, the
+        variable already defined by the same name and value (Z3 terms are hash-consed: equal terms, equal ids)."""
+        lets = self._lets
+        key = (name, value.get_id()) if lets is not None and hasattr(value, "get_id") else None
+        if lets is not None and key is not None and key in lets:
+            return lets[key]
         self._fresh += 1
         v = self.z3.Int(f"{name}_{self._fresh}") if not self.z3.is_bool(value) else self.z3.Bool(f"{name}_{self._fresh}")
         self._define((v,), v == value)
+        if lets is not None and key is not None:
+            lets[key] = v
         return v

@@ -125,3 +125,15 @@ def test_a_refuted_row_keeps_its_measured_count():
         assert row.ok is ok, (count, row)
         if not ok:
             assert f"(measured: {count})" in row.result and "7 refutations where" in row.detail["failures"][0]["what"]
+
+
+def test_evicting_a_mamba_state_raises_the_vllm_hit():
+    """vLLM 0.33.0's rules (MONO-EVICT/vllm-0.33.0, found by MONO-EVICT/z3@vllm-0.33.0): a reader of N = 4 tokens of a
+    5-token request; the state at N makes the first lookup reach N, so it is re-derived at N − 1, where the attention
+    scan is capped below the block key 4 and nothing is left: h = 0. Evict the state at 4 and the first lookup stops at
+    3 with the tail key 4: h = 3. Under hash lookahead the bound is N − 1 from the start (MONO-EVICT proved)."""
+    g = make_geometry(1, [("attention", 4, False), ("mamba", 3, False)])
+    stored = (StoredRequest(prompt=5, shared=4),)
+    assert hit(g, 4, stored, rules="vllm-0.33.0") == 0
+    assert hit(g, 4, stored, frozenset({(1, 4, 0)}), rules="vllm-0.33.0") == 3
+    assert hit(g, 4, stored, rules="vllm-0.34.0") == 0  # no drafter: 0.34.0 has 0.33.0's rules

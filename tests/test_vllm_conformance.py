@@ -226,6 +226,18 @@ def test_vllm_leaves_a_loadable_hit_after_the_rederivation(v, rules):
     assert {(0, 2), (0, 4), (0, 6), (1, 5), (2, 5)} <= ans.stored
 
 
+def test_vllm_hit_rises_when_a_mamba_state_is_evicted(v, rules):
+    """The MONO-EVICT/vllm-0.33.0 finding is vLLM's own behaviour: a reader of the first 4 tokens of a 5-token request
+    hits 0 (the state at 4 sends the lookup to N − 1, where no attention key is left), and 3 once that state is gone."""
+    from kvspec.checks.vllm_oracle import compute_answer
+    from kvspec.spec.geometry import make_geometry
+    g = make_geometry(1, [("attention", 4, False), ("mamba", 3, False)])
+    base = Scenario(geometry=g, prompt=4, stored=(StoredRequest(prompt=5, shared=4),), rules=rules)
+    evicted = Scenario(geometry=g, prompt=4, stored=base.stored, evicted=frozenset({(1, 4, 0)}), rules=rules)
+    assert compute_answer(base, v).hit == 0 == evaluate_scenario(base).hit_length
+    assert compute_answer(evicted, v).hit == 3 == evaluate_scenario(evicted).hit_length
+
+
 @pytest.mark.parametrize("algo,lookahead,salt", [("sha256", 0, None), ("sha256", 1, None), ("sha256_cbor", 0, "s1"),
                                                  ("sha256", 2, "tenant-7")])
 def test_keys_check_maps_a_dump_rendered_by_vllm(v, algo, lookahead, salt):
