@@ -36,6 +36,7 @@ from typing import Any
 import attrs
 
 from kvspec.spec.invariants import MISSING, GroupView, Witness
+from kvspec.spec.ops import IntOps
 from kvspec.spec.rules import LOOKAHEAD_ALWAYS, STORE_VLLM_0_33, get_rules
 
 
@@ -337,7 +338,6 @@ def compute_closed_best(cf: ClosedForm, att_has: Any, mam_has: Any, physical: bo
                         gone: Gone | None = None) -> int:
     """Return, on ints, the best hit of E minus `gone` in units: the largest servable t <= ⌊(N−1)/u⌋ (0 if none), with
     tail keys up to compute_best_top (MAX-HIT's best) or, `physical`, up to the first bound (BEST's)."""
-    from kvspec.spec.ops import IntOps
     top = cf.top if physical else compute_best_top(IntOps, cf, att_has, mam_has, gone)
     return next((t for t in range(cf.n_below, 0, -1) if is_closed_servable(IntOps, cf, att_has, mam_has, t, top, gone)),
                 0)

@@ -133,13 +133,10 @@ def iterate_mono_evict(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance
     lens = [x for x in compute_lengths(g, 3) if x >= 1]
     rs = get_rules(rules)
     for p in lens:
-        visible = sorted(compute_visible(memo.store(rules, g, p), Tokens(p), compute_lookahead(rs, g)))
         for n in (x for x in lens if x <= p):
             stored = (StoredRequest(prompt=p, shared=n),)
             base = memo.hit(Scenario(geometry=g, prompt=n, stored=stored, rules=rules))
-            for gid, t in visible:
-                if t > n:  # beyond the reader's prefix: not visible to it, evicting it changes nothing
-                    continue
+            for gid, t in sorted(compute_visible(memo.store(rules, g, p), Tokens(n), compute_lookahead(rs, g))):
                 sc = Scenario(geometry=g, prompt=n, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
                 h = memo.hit(sc)
                 yield Instance(h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}")

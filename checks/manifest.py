@@ -138,13 +138,13 @@ class TheoremCheck(OneRow):
         return (None,)
 
     def run(self, part: Any, fast: bool) -> Part:
-        from .prove import format_explain_command, prove
+        from .prove import prove
         th = _theorems()[self.id]
         v = prove(th)
         out: Part = {"answer": v.answer, "ok": v.ok, "seconds": v.seconds, "queries": v.queries,
                      "rlimit_used": v.rlimit_used, "reason": v.reason, "model": v.model}
-        if v.model is not None and (th.explain is not None or th.name.startswith("LEGACY")):
-            out["command"] = (th.explain or format_explain_command)(v.model)
+        if v.model is not None and th.explain is not None:
+            out["command"] = th.explain(v.model)
         return out
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
