@@ -77,18 +77,23 @@ PYTEST = HYPOTHESIS_PROFILE=$(PROFILE) KVSPEC_SGLANG_ROOT=$(SGSRC) $(BIN)/python
 # two pytest-xdist workers, a file per worker at a time (a module's tests stay together, in order); WORKERS=0 for one
 # process
 WORKERS ?= 2
-test-main: $(STAMP) $(SGSRC)/.unpacked
+test-main: $(STAMP) $(SGSRC)/.ready
 	$(PYTEST) $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadfile) -m "not vllm and not soak" tests
 
-# SGLang 0.5.23's wheel, unpacked (not installed): its own hit rule is the oracle of the sglang-0.5.23 rule set
-sglang-src: $(SGSRC)/.unpacked
-$(SGSRC)/.unpacked: $(STAMP) requirements/sglang-wheel.lock
+# SGLang 0.5.23's wheel, unpacked (not installed), with its page hash (hash_binding.cpp) compiled from the wheel: its
+# own write, hit and load code is the oracle of the sglang-0.5.23 rule set (kvspec conform sglang; checks/sglang_code.py)
+sglang-src: $(SGSRC)/.ready
+$(SGSRC)/.ready: $(STAMP) requirements/sglang-wheel.lock checks/sglang_code.py
 	rm -rf $(SGSRC) .cache/sglang-wheel && mkdir -p .cache/sglang-wheel
 	$(BIN)/pip download -q --no-deps --require-hashes -r requirements/sglang-wheel.lock -d .cache/sglang-wheel
 	$(BIN)/python -m zipfile -e .cache/sglang-wheel/sglang-0.5.23-*.whl $(SGSRC)
+	@if [ "$$(id -u)" = "0" ] && [ ! -f /usr/include/openssl/sha.h ]; then \
+	  echo "installing libssl-dev (SGLang's page hash links OpenSSL's libcrypto)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev g++ >/dev/null; fi
+	$(BIN)/python -m kvspec.checks.sglang_code --build $(SGSRC)
 	@touch $@
 
-test-unit: $(STAMP) $(SGSRC)/.unpacked
+test-unit: $(STAMP) $(SGSRC)/.ready
 	$(PYTEST) -m "not vllm and not live and not soak" tests
 
 test-live: $(STAMP)
@@ -111,7 +116,8 @@ test-vllm: $(VSTAMP) $(VSTAMP34)
 	for r in 0.33.0 0.34.0; do echo "== vLLM $$r (.cache/test-vllm-$$r.log)"; cat .cache/test-vllm-$$r.log; \
 	  [ "$$(cat .cache/test-vllm-$$r.rc)" = 0 ] || rc=1; done; exit $$rc
 
-conform: $(VSTAMP) $(VSTAMP34)
+conform: $(VSTAMP) $(VSTAMP34) $(SGSRC)/.ready
+	$(BIN)/kvspec conform sglang --root $(SGSRC) --count 2000
 	$(VVENV)/bin/kvspec conform vllm
 	$(VVENV34)/bin/kvspec conform vllm
 	$(VVENV)/bin/kvspec conform vllm-lifecycle --count 2000

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -560,9 +561,10 @@ def _need(module: str, extra: str, what: str) -> None:
 
 def _conform(args: argparse.Namespace) -> int:
     if (args.engine is None) == (args.adapter is None):
-        raise SpecError("cli-usage", "give exactly one of the engine (vllm, vllm-lifecycle) and --adapter MODULE:OBJECT")
+        raise SpecError("cli-usage", "give exactly one of the engine (vllm, vllm-lifecycle, sglang) and --adapter "
+                                         "MODULE:OBJECT")
     rules = args.rules or DEFAULT_RULES
-    if args.adapter is None and args.rules is None:  # the installed release's own rule set (checks/rulesets.py)
+    if args.engine in ("vllm", "vllm-lifecycle") and args.rules is None:  # the installed release's rule set
         from importlib import metadata
 
         from kvspec.checks.rulesets import find_oracle_rules
@@ -576,7 +578,8 @@ def _conform(args: argparse.Namespace) -> int:
                                                "(checks/rulesets.py); give --rules NAME to compare one anyway")
         rules = found or rules
     if args.adapter is not None:
-        _refuse_flags(args, "conform --adapter (it runs the vectors, then --examples searched scenarios)", ("count",))
+        _refuse_flags(args, "conform --adapter (it runs the vectors, then --examples searched scenarios)",
+                      ("count", "root"))
         examples = 300 if args.examples is None else args.examples
         if not 0 <= examples <= 100_000:
             raise SpecError("conform-count", f"--examples must be within 0..100000, got {examples}")
@@ -589,6 +592,9 @@ def _conform(args: argparse.Namespace) -> int:
     count = 2000 if args.count is None else args.count
     if count < 0 or count > 1_000_000:
         raise SpecError("conform-count", f"--count must be within 0..1000000, got {count}")
+    if args.engine == "sglang":
+        return _conform_sglang(args, count)
+    _refuse_flags(args, f"conform {args.engine} (--root is SGLang's wheel)", ("root",))
     try:
         from kvspec.checks.vllm_oracle import load_vllm
         load_vllm()
@@ -602,6 +608,20 @@ def _conform(args: argparse.Namespace) -> int:
         return 0 if rep["ok"] else 1
     from kvspec.checks.conform import format_report, run_conformance
     rep = run_conformance(count, args.seed, rules=rules)
+    print(json.dumps(rep, indent=2) if args.json else format_report(rep))
+    return 0 if rep["ok"] else 1
+
+
+def _conform_sglang(args: argparse.Namespace, count: int) -> int:
+    from kvspec.checks.sglang_oracle import RULES, format_report, run_oracle
+    if args.rules not in (None, RULES):
+        raise SpecError("conform-version", f"SGLang 0.5.23's code is the oracle of {RULES} only, not --rules {args.rules}")
+    root = args.root or os.environ.get("KVSPEC_SGLANG_ROOT") or ".cache/sglang-0.5.23"
+    try:
+        import torch  # noqa: F401 - SGLang's controller code builds its collective's tensors with torch
+    except ImportError as exc:
+        _die("conform-deps", f"kvspec conform sglang needs torch (make venv) ({exc})")
+    rep = run_oracle(root, count, args.seed)
     print(json.dumps(rep, indent=2) if args.json else format_report(rep))
     return 0 if rep["ok"] else 1
 
@@ -702,10 +722,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--only", nargs="+", metavar="ID", help="run only these checks (shell patterns: 'I-2*', 'MUT-*')")
     c = sub.add_parser("conform", help="compare a rule set with an engine's own code (vllm: the installed vLLM "
                                        "release's functions; vllm-lifecycle: its real scheduler)")
-    c.add_argument("engine", nargs="?", choices=["vllm", "vllm-lifecycle"],
+    c.add_argument("engine", nargs="?", choices=["vllm", "vllm-lifecycle", "sglang"],
                    help="the engine whose code is the oracle: vllm drives the connector's functions one by one, "
                         "vllm-lifecycle runs the real Scheduler, KV-cache manager and every rank's transfer threads "
-                        "(needs a vLLM release importable: make vllm-venv, then .venv-vllm/bin/kvspec conform vllm)")
+                        "(needs a vLLM release importable: make vllm-venv, then .venv-vllm/bin/kvspec conform vllm); "
+                        "sglang runs SGLang 0.5.23's HiCache write, hit and load code from its unpacked wheel "
+                        "(make sglang-src; --root)")
+    c.add_argument("--root", metavar="DIR", help="sglang only: the unpacked sglang==0.5.23 wheel with its page hash "
+                                                 "built (make sglang-src; default $KVSPEC_SGLANG_ROOT, else "
+                                                 ".cache/sglang-0.5.23)")
     c.add_argument("--adapter", metavar="MODULE:OBJECT",
                    help="an engine adapter (checks/adapters.py protocol), e.g. kvspec.checks.adapters:IMPL: the "
                         "explain vectors of --rules, then a Hypothesis search, shrunk to an explain command")

@@ -219,9 +219,9 @@ class SglangKey:
     conv: int = 0  # which conv buffer (pool "mamba-conv")
 
 
-# str(PoolName.DRAFT) for SGLang's `class PoolName(str, Enum)` under the Python its wheel targets (3.11): an f-string
-# formats a str-mixin Enum member as "PoolName.DRAFT", not its value "draft" (Python <= 3.10 gave "draft")
-SGLANG_DRAFT_NAME = "PoolName.DRAFT"
+# str(PoolName.DRAFT): SGLang's `class PoolName(str, Enum)` defines __str__ as its value, so the f-string in
+# _get_hybrid_page_component_keys writes "draft" (checked on SGLang's own code: tests/test_sglang.py)
+SGLANG_DRAFT_NAME = "draft"
 
 
 def render_key_sglang(key: SglangKey) -> str:

@@ -147,9 +147,9 @@ def test_page_hash_structure():
 
 
 def test_key_grammar_and_its_collisions():
-    """SGLang's Mooncake keys: the topology part only under DCP, the per-pool suffixes, the draft pool named as Python
-    3.11 formats SGLang's str-mixin enum; distinct (rank, pool, page) give distinct keys, but the grammar is not
-    injective: a tag with '_' and a model name can trade text."""
+    """SGLang's Mooncake keys: the topology part only under DCP, the per-pool suffixes (the draft pool's by PoolName's
+    own __str__: "draft"); distinct (rank, pool, page) give distinct keys, but the grammar is not injective: a tag with
+    '_' and a model name can trade text."""
     from kvspec.spec.keys import SglangKey, render_key_sglang
     h = "ab" * 32
     dcp = dict(model="moonshot/Kimi-K3", tp_size=8, dcp_size=8, page=1024)
@@ -157,17 +157,12 @@ def test_key_grammar_and_its_collisions():
         f"moonshot-Kimi-K3_tp8_dcp8_page1024_pp1_cp1_{h}_dcp3_cp0_k"
     assert render_key_sglang(SglangKey(page_hash=h, pool="mamba-temporal", tp_rank=5, **dcp)).endswith(f"{h}_5_temporal")
     assert render_key_sglang(SglangKey(page_hash=h, pool="mla-k")) == f"{h}__k"
-    assert render_key_sglang(SglangKey(page_hash=h, pool="draft-mla-k", pp_size=2, pp_rank=1)) == f"{h}_1_PoolName.DRAFT_k"
+    assert render_key_sglang(SglangKey(page_hash=h, pool="draft-mla-k", pp_size=2, pp_rank=1)) == f"{h}_1_draft_k"
     keys = {render_key_sglang(SglangKey(page_hash=h, pool=p, dcp_rank=r, tp_rank=r, **dcp))
             for r in range(8) for p in ("mla-k", "mamba-temporal", "mamba-conv")}
     assert len(keys) == 24
     assert render_key_sglang(SglangKey(page_hash=h, pool="mla-k", tag="a_b", model="c")) == \
         render_key_sglang(SglangKey(page_hash=h, pool="mla-k", tag="a", model="b_c"))
-    from enum import Enum
-
-    class PoolName(str, Enum):  # noqa: UP042 - SGLang's declaration of the pool names (hicache_storage.py)
-        DRAFT = "draft"
-    assert f"{PoolName.DRAFT}" == "PoolName.DRAFT"  # what the f-string in _get_hybrid_page_component_keys writes
 
 
 @pytest.fixture
@@ -180,6 +175,7 @@ def sglang_root():
     if not (root / "sglang").is_dir():
         assert not given, f"KVSPEC_SGLANG_ROOT={given} holds no unpacked sglang wheel (make sglang-src)"
         pytest.skip(f"SGLang's wheel is not unpacked at {root}: make sglang-src (make test does)")
+    import torch  # noqa: F401 - imported before the snapshot: a torch taken out of sys.modules cannot be re-imported
     before = set(sys.modules)
     try:
         yield str(root)
@@ -188,20 +184,95 @@ def sglang_root():
             del sys.modules[name]
 
 
-def test_sglangs_own_hit_rule_agrees(sglang_root, monkeypatch):
-    """SGLang's MooncakeStore.batch_exists_v2 over every rank's objects (intersected across ranks) gives kvspec's hit
-    on 2,000 generated scenarios (MLA, DCP 1-8, KDA on its grid, up to 3 writers, evictions, bigram keys); a kvspec
-    whose lookup read rank 0's objects only (a shard lost on another rank unseen) disagrees."""
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sglangs_own_code_agrees(sglang_root, seed):
+    """SGLang's own write (batch_set_v1/v2 under its controller's backup), hit (_storage_hit_query, then
+    _sync_prefetch_hit_query MIN-reduced over D rank threads) and load (batch_get_v1/v2) agree with kvspec on every
+    field of 2,000 generated scenarios per seed (MLA, DCP 1-8, KDA on its grid, up to 3 writers, evictions, bigram
+    keys)."""
+    from kvspec.checks import sglang_oracle
+    rep = sglang_oracle.run_oracle(sglang_root, count=2000, seed=seed)
+    assert rep["compared"] == 2000 and rep["ok"], rep["disagreements"]
+    assert rep["agree"] == {"stored": 2000, "hit": 2000, "loaded": 2000}
+
+
+def test_the_oracle_catches_wrong_statements(sglang_root, monkeypatch):
+    """The comparison has power on each field: a kvspec whose lookup read rank 0's objects only (a shard lost on another
+    rank unseen) disagrees on the hit; a key grammar without the DCP rank in the MLA suffix on what is stored; a load
+    plan keyed one page early on what is loaded."""
     import attrs
 
     from kvspec.checks import sglang_oracle
-    rep = sglang_oracle.run_oracle(sglang_root, count=2000, seed=0)
-    assert rep["compared"] == rep["agree"] == 2000, rep["disagreements"]
-    real = sglang_oracle.evaluate_scenario
+    real_eval, real_keys = sglang_oracle.evaluate_scenario, sglang_oracle._object_keys
 
     def rank0_only(sc):
-        return real(attrs.evolve(sc, evicted=frozenset(e for e in sc.evicted if e[2] == 0)))
+        return real_eval(attrs.evolve(sc, evicted=frozenset(e for e in sc.evicted if e[2] == 0)))
 
     monkeypatch.setattr(sglang_oracle, "evaluate_scenario", rank0_only)
-    wrong = sglang_oracle.run_oracle(sglang_root, count=300, seed=1)
-    assert wrong["agree"] < wrong["compared"]
+    rep = sglang_oracle.run_oracle(sglang_root, count=300, seed=1)
+    assert rep["agree"]["hit"] < 300 and rep["agree"]["stored"] == 300
+    monkeypatch.setattr(sglang_oracle, "evaluate_scenario", real_eval)
+
+    def no_dcp_rank(g, rank, group, page_hash):
+        return [k.replace(f"_dcp{rank}_cp0_k", "_dcp0_cp0_k") for k in real_keys(g, rank, group, page_hash)]
+
+    monkeypatch.setattr(sglang_oracle, "_object_keys", no_dcp_rank)
+    rep = sglang_oracle.run_oracle(sglang_root, count=300, seed=1)
+    assert rep["agree"]["stored"] < 300 and rep["agree"]["hit"] == 300
+    monkeypatch.setattr(sglang_oracle, "_object_keys", real_keys)
+
+    def page_early(sc):
+        out, page = real_eval(sc), sc.geometry.groups[0].block_size * sc.geometry.parallel.dcp
+        return attrs.evolve(out, load=tuple(attrs.evolve(e, key_boundary=e.key_boundary - page)
+                                            if e.key_boundary > page else e for e in out.load))
+
+    monkeypatch.setattr(sglang_oracle, "evaluate_scenario", page_early)
+    rep = sglang_oracle.run_oracle(sglang_root, count=300, seed=1)
+    assert rep["agree"]["loaded"] < 300 and rep["agree"]["hit"] == 300
+
+
+def test_conform_sglang_command(sglang_root, capsys):
+    """`kvspec conform sglang` prints per field agreement, SGLang's code that ran and the shims; exit 0; a missing
+    wheel is exit 2 naming make sglang-src; another rule set is refused by name."""
+    from kvspec.checks.cli import main
+    assert main(["conform", "sglang", "--root", sglang_root, "--count", "40", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "stored  40/40 agree" in out and "hit     40/40 agree" in out and "result: AGREE" in out
+    assert "_sync_prefetch_hit_query" in out and "shims" in out
+    with pytest.raises(SystemExit) as exc:
+        main(["conform", "sglang", "--root", "/nonexistent", "--count", "1"])
+    assert exc.value.code == 2 and "make sglang-src" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["conform", "sglang", "--root", sglang_root, "--rules", "vllm-0.33.0"])
+    assert exc.value.code == 2 and "conform-version" in capsys.readouterr().err
+
+
+def test_draft_key_collision_on_sglangs_own_code(sglang_root):
+    """The draft-KV hazard on SGLang's own code: with Mamba the tree turns bigram keys off, so two prompts sharing 8
+    tokens (two pages) and differing at token 9 get the same page hashes from SGLang's get_storage_hash_str, and
+    MooncakeStore names the draft pool's object of page 2 by one key for both — though the draft row of the page's last
+    token read token 9 (EAGLE's fc([embed(t_9); h_8])). With bigram keys (kvspec's fix) the page-2 keys differ."""
+    from array import array
+
+    from kvspec.checks.sglang_code import load_sglang
+    from kvspec.checks.sglang_oracle import MODEL, make_rank
+    code = load_sglang(sglang_root)
+    g = Geometry(unit=4, groups=(Group(kind="attention", block_size=4, eagle=True), Group(kind="mamba", block_size=4)))
+    store, _, _ = make_rank(code, g, 0)
+    draft_pool = type("DraftPool", (code.ms.MLATokenToKVPoolHost,), {"page_size": 4})()
+    store.registered_pools[code.hs.PoolName.DRAFT] = draft_pool
+    a, b = [*range(1, 9), 100], [*range(1, 9), 200]
+
+    def draft_keys(tokens, bigram):
+        key = code.RadixKey(array("q", tokens[: 8 + bigram]), is_bigram=bool(bigram)).page_aligned(4)
+        hashes = code.get_storage_hash_str(key, None, page_size=4)
+        keys, _ = store._get_hybrid_page_component_keys(hashes, code.hs.PoolTransfer(name=code.hs.PoolName.DRAFT,
+                                                                                      keys=hashes))
+        return keys
+
+    from kvspec.spec.keys import SglangKey, render_key_sglang
+    page2 = code.get_storage_hash_str(code.RadixKey(array("q", a[:8])), None, page_size=4)[1]
+    assert store._tag_keys(draft_keys(a, 0))[1] == render_key_sglang(SglangKey(page_hash=page2, pool="draft-mla-k",
+                                                                                model=MODEL))
+    assert draft_keys(a, 0) == draft_keys(b, 0)
+    assert draft_keys(a, 1)[0] == draft_keys(b, 1)[0] and draft_keys(a, 1)[1] != draft_keys(b, 1)[1]
