@@ -42,8 +42,9 @@ RULE_CHECKS: tuple[RuleChecks, ...] = (
     RuleChecks(rules="vllm-0.33.0-lookahead", vectors=VECTORS_FULL, key_vectors=True, exhaustive=False, bench=True),
     RuleChecks(rules="vllm-0.34.0", vectors=VECTORS_FULL, key_vectors=True, exhaustive=True, bench=True,
                oracle="vllm==0.34.0"),
-    # SGLang (issue 32): stated from SGLang 0.5.23's sources; its own code as the oracle and vectors are to come
-    RuleChecks(rules="sglang-0.5.23", vectors="", key_vectors=False, exhaustive=True, bench=False),
+    # SGLang (issue 32): stated from SGLang 0.5.23's sources; its own code is the oracle (kvspec conform sglang,
+    # checks/sglang_oracle.py: the wheel, not an installed release) and answers the vectors as an adapter
+    RuleChecks(rules="sglang-0.5.23", vectors=VECTORS_FULL, key_vectors=False, exhaustive=True, bench=False),
     RuleChecks(rules="sglang-0.5.23-bigram", vectors="", key_vectors=False, exhaustive=False, bench=False),
 )
 assert [r.rules for r in RULE_CHECKS] == list(RULE_SETS), "a row per rule set of spec/rules.py, in its order"

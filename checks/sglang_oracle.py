@@ -194,23 +194,20 @@ class Run:
     loaded: tuple[tuple[str, ...], ...]
 
 
-def run_sglang(code: Any, sc: Scenario, tokens: list[int], writers: list[list[int]]) -> Run:
-    """Return what SGLang's code stores, hits and loads for one scenario on every rank."""
-    g = sc.geometry
+def _page_hashes(code: Any, tokens: list[int], page: int, bigram: bool) -> list[str]:
+    """Return SGLang's page hashes of every whole page of the tokens (get_storage_hash_str over its RadixKey)."""
+    pages = (len(tokens) - (1 if bigram else 0)) // page
+    return list(code.get_storage_hash_str(_radix_key(code, tokens, pages, page, bigram), None, page_size=page))
+
+
+def _query_ranks(code: Any, ranks: list[Any], g: Geometry, tokens: list[int], bigram: bool) -> tuple[int, tuple]:
+    """Return (the hit, each rank's loaded keys) of SGLang's prefetch on every rank: _storage_hit_query, then
+    _sync_prefetch_hit_query over the ranks' threads, then batch_get_v1 for the hit's pages and batch_get_v2 for the
+    Mamba state at the trailing page."""
     d, page = g.parallel.dcp, g.groups[0].block_size * g.parallel.dcp
-    bigram = compute_lookahead(get_rules(RULES), g) > 0
-    ranks = [make_rank(code, g, r) for r in range(d)]
-    ctls = [c for _, c, _ in ranks]
-    for toks in writers:
-        _backup(code, ctls, g, toks, bigram)
-    lookup_hashes = compute_sglang_page_hashes(tokens, page, bigram=bigram)
-    for gi, t, r in sorted(sc.evicted):  # the reader's object at (group, t) gone from rank r: the keys SGLang wrote
-        h, client = f"_{lookup_hashes[t // page - 1]}_", ranks[r][2]  # for that page and pool (by their suffix)
-        mamba_key = ("_temporal" in k or "_conv_" in k for k in client.keys)
-        client.keys -= {k for k, m in zip(list(client.keys), mamba_key, strict=True)
-                        if h in k and m == (g.groups[gi].kind == "mamba")}
-    stored = tuple(frozenset(c.keys) for _, _, c in ranks)
     bound = (len(tokens) - 1) // page  # the scheduler's bound: N − 1, page-floored
+    if bound == 0:  # no whole page to ask for: SGLang creates no prefetch operation (below its threshold)
+        return 0, ((),) * d
     mamba = any(gr.kind == "mamba" for gr in g.groups)
     comp = object.__new__(code.MambaComponent)
     comp.component_type = "mamba"
@@ -227,6 +224,7 @@ def run_sglang(code: Any, sc: Scenario, tokens: list[int], writers: list[list[in
         _, count = ctl._storage_hit_query(op)
         hit = ctl._sync_prefetch_hit_query(op, count)
         pages = hit // page
+        client.got.clear()
         if pages:
             store.batch_get_v1(op.all_hash_values[:pages], code.torch.arange(pages * page))
             if mamba:
@@ -235,13 +233,134 @@ def run_sglang(code: Any, sc: Scenario, tokens: list[int], writers: list[list[in
                                                          hit_policy=code.hs.PoolHitPolicy.TRAILING_PAGES)])
         return hit, list(client.got)
 
-    if bound == 0:  # no whole page to ask for: SGLang creates no prefetch operation (below its threshold)
-        return Run(stored=stored, hit=0, loaded=((),) * d)
     out = run_ranks(d, query)
     hits = {h for h, _ in out}
     if len(hits) != 1:
         raise AssertionError(f"the ranks disagree on the hit after the collective: {sorted(hits)}")
-    return Run(stored=stored, hit=hits.pop(), loaded=tuple(tuple(k) for _, k in out))
+    return hits.pop(), tuple(tuple(k) for _, k in out)
+
+
+def _is_mamba_key(key: str) -> bool:
+    """Return whether SGLang wrote the key for the Mamba pool (its temporal or conv objects)."""
+    return "_temporal" in key or "_conv_" in key
+
+
+def run_sglang(code: Any, sc: Scenario, tokens: list[int], writers: list[list[int]]) -> Run:
+    """Return what SGLang's code stores, hits and loads for one scenario on every rank."""
+    g = sc.geometry
+    d, page = g.parallel.dcp, g.groups[0].block_size * g.parallel.dcp
+    bigram = compute_lookahead(get_rules(RULES), g) > 0
+    ranks = [make_rank(code, g, r) for r in range(d)]
+    ctls = [c for _, c, _ in ranks]
+    for toks in writers:
+        _backup(code, ctls, g, toks, bigram)
+    lookup_hashes = _page_hashes(code, tokens, page, bigram)
+    for gi, t, r in sorted(sc.evicted):  # the reader's object at (group, t) gone from rank r: the keys SGLang wrote
+        h, client = f"_{lookup_hashes[t // page - 1]}_", ranks[r][2]  # for that page and pool (by their suffix)
+        client.keys -= {k for k in client.keys if h in k and _is_mamba_key(k) == (g.groups[gi].kind == "mamba")}
+    stored = tuple(frozenset(c.keys) for _, _, c in ranks)
+    hit, loaded = _query_ranks(code, ranks, g, tokens, bigram)
+    return Run(stored=stored, hit=hit, loaded=loaded)
+
+
+class SglangAdapter:
+    """SGLang 0.5.23's own code under the adapter protocol (docs/porting.md), for `kvspec conform --adapter
+    kvspec.checks.sglang_oracle:SGLANG --rules sglang-0.5.23`: a port of the kit to a second engine, written from the
+    porting guide. The request's tokens are 1..n (the protocol is about boundaries; any tokens give equal hashes for
+    equal prefixes). Per call, fresh rank stores:
+
+    * store_objects: SGLang's backup of one request's radix nodes on every rank (as `conform sglang` drives it; the
+      node shapes are kvspec's store rule, so this checks the key path: every page and state written, read back as
+      (group, boundary) through SGLang's page hashes);
+    * lookup: each object of E written on every rank under the keys SGLang's MooncakeStore builds for it
+      (`_get_mla_buffer_meta`, `_get_hybrid_page_component_keys`, `_tag_keys`), then SGLang's prefetch query and
+      collective on D threads; every group's tail is the hit (whole pages);
+    * load_plan: the keys SGLang's batch_get_v1 / batch_get_v2 ask for after that query, as (group, block, key
+      boundary) — attention block i of the page span keyed (i + 1)·page, the Mamba state keyed at the hit.
+
+    Claims: one attention group (SGLang's L3 stores one MLA KV pool and the Mamba/KDA state; the draft pool of a
+    DCP-1 EAGLE model is not driven here) and at most one Mamba block size.
+    """
+
+    name = "sglang-0.5.23 (SGLang's own code)"
+    claims = {"drafter": ["none", "eagle"], "mix": ["A", "A+M"]}
+
+    def __init__(self, root: str | None = None) -> None:
+        self.root = root
+        self._code: Any = None
+
+    def _setup(self, g: Geometry, rules: str) -> tuple[Any, int, bool]:
+        if get_rules(rules).store != get_rules(RULES).store:
+            from kvspec.spec.errors import SpecError
+            raise SpecError("adapter-rules", f"SGLang's own code answers for {RULES} only, not {rules}")
+        if self._code is None:
+            import os
+            self._code = load_sglang(self.root or os.environ.get("KVSPEC_SGLANG_ROOT") or ".cache/sglang-0.5.23")
+        return self._code, g.groups[0].block_size * g.parallel.dcp, compute_lookahead(get_rules(rules), g) > 0
+
+    def store_objects(self, geometry: Geometry, prompt: int, rules: str) -> list[tuple[int, int]]:
+        """Return the (group, boundary) objects SGLang's backup writes on every rank for one request."""
+        code, page, bigram = self._setup(geometry, rules)
+        tokens = list(range(1, prompt + 1))
+        ranks = [make_rank(code, geometry, r) for r in range(geometry.parallel.dcp)]
+        _backup(code, [c for _, c, _ in ranks], geometry, tokens, bigram)
+        at = {h: (k + 1) * page for k, h in enumerate(_page_hashes(code, tokens, page, bigram))}
+        att = next(i for i, gr in enumerate(geometry.groups) if gr.kind == "attention")
+        mam = [i for i, gr in enumerate(geometry.groups) if gr.kind == "mamba"]
+        objs: set[tuple[int, int]] = set()
+        for _, _, client in ranks:
+            for key in client.keys:
+                t = next(t for h, t in at.items() if f"_{h}_" in key or key.startswith(f"{h}_"))
+                objs.add((mam[0], t) if _is_mamba_key(key) else (att, t))
+        return sorted(objs)
+
+    def _ranks_with(self, code: Any, g: Geometry, present: frozenset, tokens: list[int], page: int,
+                    bigram: bool) -> list[Any]:
+        hashes = _page_hashes(code, tokens, page, bigram)
+        ranks = [make_rank(code, g, r) for r in range(g.parallel.dcp)]
+        for store, _, client in ranks:
+            for gi, t in present:
+                if t % page or t // page > len(hashes):
+                    continue  # not a page boundary of this request: no key SGLang would ask for
+                h = hashes[t // page - 1]
+                if g.groups[gi].kind == "attention":
+                    keys = store._get_mla_buffer_meta([h], code.torch.arange(page))[0]
+                else:
+                    keys = store._get_hybrid_page_component_keys(
+                        [h], code.hs.PoolTransfer(name=code.hs.PoolName.MAMBA, keys=[h]))[0]
+                client.keys.update(store._tag_keys(keys))
+        return ranks
+
+    def lookup(self, geometry: Geometry, present: frozenset, prompt: int, rules: str) -> tuple[int, dict[int, int]]:
+        """Return SGLang's hit for E on every rank, and each group's tail (the hit: whole pages)."""
+        code, page, bigram = self._setup(geometry, rules)
+        tokens = list(range(1, prompt + 1))
+        hit, _ = _query_ranks(code, self._ranks_with(code, geometry, present, tokens, page, bigram), geometry, tokens,
+                              bigram)
+        return hit, (dict.fromkeys(range(len(geometry.groups)), hit) if hit else {})
+
+    def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int], present: frozenset,
+                  rules: str) -> list[tuple[int, int, int]]:
+        """Return (group, block, key boundary) of every object SGLang's loads ask for after the query."""
+        code, page, bigram = self._setup(geometry, rules)
+        tokens = list(range(1, hit + 2))  # SGLang loads right after its query: asked again for the hit's pages
+        got, loaded = _query_ranks(code, self._ranks_with(code, geometry, present, tokens, page, bigram), geometry,
+                                   tokens, bigram)
+        if got != hit:
+            raise AssertionError(f"SGLang's query of the hit's own pages gives {got}, not {hit}")
+        at = {h: (k + 1) * page for k, h in enumerate(_page_hashes(code, tokens, page, bigram))}
+        plan = set()
+        for keys in loaded:
+            for key in keys:
+                t = next(t for h, t in at.items() if f"_{h}_" in key or key.startswith(f"{h}_"))
+                gi = next(i for i, gr in enumerate(geometry.groups)
+                          if (gr.kind == "mamba") == _is_mamba_key(key))
+                span = page if geometry.groups[gi].kind == "attention" else geometry.groups[gi].block_size
+                plan.add((gi, t // span - 1, t))
+        return sorted(plan)
+
+
+SGLANG = SglangAdapter()
 
 
 def compute_expected(sc: Scenario, tokens: list[int], writers: list[list[int]]) -> Run:

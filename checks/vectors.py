@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from kvspec import __version__
+from kvspec.spec.errors import SpecError
 from kvspec.spec.failure import compute_loaded_prefix, compute_retry_cap, compute_safe_boundary
 from kvspec.spec.geometry import Geometry, compute_group_ids, compute_lcm_span, make_geometry
 from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, compute_hash_at, compute_lookahead_chain
 from kvspec.spec.presets import get_preset
-from kvspec.spec.rules import get_rules
+from kvspec.spec.rules import check_config, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, encode_outcome, encode_scenario, evaluate_scenario
 from kvspec.spec.types import Boundary
 
@@ -59,14 +60,30 @@ def _resend(g: Geometry, p: int, rules: str, shared: int | None = None, n: int |
                     rules=rules)
 
 
+def _admits(rules: str, g: Geometry) -> bool:
+    """Return whether the rule set's configuration rules admit the geometry (a suite takes the geometries it admits)."""
+    try:
+        check_config(get_rules(rules), g)
+    except SpecError:
+        return False
+    return True
+
+
+WORKED = (("kimi-k3-dcp8", 15000), ("kimi-k3-dcp8-draft", 15000), ("tiny-dcp2", 19), ("small-dcp2", 57),
+          ("small-dcp4", 150), ("tiny-two-mamba", 29), ("kimi-k3-sglang-dcp8", 30000), ("tiny-sglang-dcp2", 19))
+# the boundaries suite's geometry: the first of these the rule set admits (vLLM's shape; SGLang's whole pages)
+BOUNDARY_GEOMETRIES = (make_geometry(4, [("attention", 16, True), ("mamba", 16, False)], dcp=2),
+                       make_geometry(8, [("attention", 8, False), ("mamba", 32, False)], dcp=2))
+
+
 def _worked(rules: str) -> Iterator[Case]:
-    for preset, p in (("kimi-k3-dcp8", 15000), ("kimi-k3-dcp8-draft", 15000), ("tiny-dcp2", 19), ("small-dcp2", 57),
-                      ("small-dcp4", 150), ("tiny-two-mamba", 29)):
-        yield _explain("worked", f"{preset}-{p}", _resend(get_preset(preset), p, rules))
+    for preset, p in WORKED:
+        if _admits(rules, get_preset(preset)):
+            yield _explain("worked", f"{preset}-{p}", _resend(get_preset(preset), p, rules))
 
 
 def _boundaries(rules: str) -> Iterator[Case]:
-    g = make_geometry(4, [("attention", 16, True), ("mamba", 16, False)], dcp=2)
+    g = next(g for g in BOUNDARY_GEOMETRIES if _admits(rules, g))
     lcm, u = compute_lcm_span(g), g.unit
     for k in (1, 2, 3):
         for d in (-u, -1, 0, 1, u):
@@ -92,7 +109,7 @@ def _mutant_counterexamples(rules: str) -> Iterator[Case]:
         if m.closure:  # closure mutants are caught on failed loads (the failure vectors), not by a scenario
             continue
         caught, sc, _ = hunt(m, iterate_all(dcps=(2, 8, 4, 1)))
-        if sc is not None:
+        if sc is not None and _admits(rules, sc.geometry):  # the bug's scenario, where the rule set admits it
             yield _explain("mutant-counterexamples", m.name, attrs.evolve(sc, rules=rules))
 
 

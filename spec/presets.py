@@ -26,6 +26,13 @@ PRESETS: dict[str, Geometry] = {
                            parallel=Parallel(dcp=2), retention="replay"),
     "small-dcp4": Geometry(unit=4, groups=(_g("attention", 16, True), _g("attention", 16), _g("mamba", 16)),
                            parallel=Parallel(dcp=4), retention="dense"),
+    # Kimi-K3 as SGLang 0.5.23 serves it from HiCache L3: MLA pages of 1024 tokens at DCP 8 (per-rank block 128, the
+    # unit), KDA states on a 4096-token grid, DSPARK (no EAGLE flag: SGLang allows no EAGLE under DCP).
+    "kimi-k3-sglang-dcp8": Geometry(unit=128, groups=(_g("attention", 128), _g("mamba", 4096)),
+                                    parallel=Parallel(dcp=8), retention="replay"),
+    # The same shape scaled down for SGLang: page 4 at D=2 (per-rank block 2), Mamba grid 8.
+    "tiny-sglang-dcp2": Geometry(unit=2, groups=(_g("attention", 2), _g("mamba", 8)),
+                                 parallel=Parallel(dcp=2), retention="replay"),
     # Two Mamba groups of different block sizes (no DCP): exercises the non-simple fixed point.
     "tiny-two-mamba": Geometry(unit=2, groups=(_g("attention", 4, True), _g("mamba", 4), _g("mamba", 6)),
                                parallel=Parallel(dcp=1), retention="dense"),

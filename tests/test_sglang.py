@@ -276,3 +276,36 @@ def test_draft_key_collision_on_sglangs_own_code(sglang_root):
                                                                                 model=MODEL))
     assert draft_keys(a, 0) == draft_keys(b, 0)
     assert draft_keys(a, 1)[0] == draft_keys(b, 1)[0] and draft_keys(a, 1)[1] != draft_keys(b, 1)[1]
+
+
+def test_sglangs_code_conforms_through_the_porting_kit(sglang_root):
+    """The porting kit on a second engine: SGLang's own code as an adapter (written from docs/porting.md) answers the
+    sglang-0.5.23 vectors and a Hypothesis search with no disagreement, on the classes it claims."""
+    from kvspec.checks.adapters import run_adapter_conformance
+    from kvspec.checks.sglang_oracle import SglangAdapter
+    rep = run_adapter_conformance(SglangAdapter(sglang_root), SG, examples=25)
+    assert rep["ok"], rep["vector_disagreements"][:2]
+    assert rep["vectors"] >= 80 and not rep["uncovered_claims"]
+
+
+def test_the_kit_rejects_a_wrong_sglang_port(sglang_root):
+    """A plausible SGLang porting bug, live only in hybrids: a port that takes every Mamba/KDA state as present (the
+    TRAILING_PAGES state not required) hits further than SGLang; the kit rejects it, and every disagreement it
+    reports has a Mamba group."""
+    from kvspec.checks.adapters import run_adapter_conformance
+    from kvspec.checks.sglang_oracle import SglangAdapter
+    from kvspec.spec.scenario import decode_scenario
+
+    class StatesAssumed(SglangAdapter):
+        name = "sglang-states-assumed"
+
+        def lookup(self, geometry, present, prompt, rules):
+            page = geometry.groups[0].block_size * geometry.parallel.dcp
+            assumed = {(i, k * page) for i, g in enumerate(geometry.groups) if g.kind == "mamba"
+                       for k in range(1, prompt // page + 1) if (k * page) % g.block_size == 0}
+            return super().lookup(geometry, frozenset(present | assumed), prompt, rules)
+
+    rep = run_adapter_conformance(StatesAssumed(sglang_root), SG, examples=25)
+    assert not rep["ok"]
+    found = rep["vector_disagreements"] + ([rep["search_disagreement"]] if rep["search_disagreement"] else [])
+    assert found and all(any(g.kind == "mamba" for g in decode_scenario(d["input"]).geometry.groups) for d in found)
