@@ -23,6 +23,7 @@ token range is the scheduler's N − 1, page-floored (`_compute_max_prefix_len`)
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import time
@@ -389,6 +390,23 @@ def compute_expected(sc: Scenario, tokens: list[int], writers: list[list[int]]) 
     return Run(stored=tuple(frozenset(s) for s in stored), hit=int(out.hit_length), loaded=tuple(loaded))
 
 
+def iterate_kimi_cases(rng: random.Random) -> Iterator[tuple[Scenario, list[int], list[list[int]]]]:
+    """Yield the Kimi-like worked cases (preset kimi-k3-sglang-dcp8: MLA pages of 1024 at DCP 8, KDA on a 4096 grid):
+    a resend, a longer lookup sharing 20,000 tokens, two writers, and a page lost on one rank."""
+    from kvspec.spec.presets import get_preset
+    g = get_preset("kimi-k3-sglang-dcp8")
+    base = [rng.randrange(1, 1 << 17) for _ in range(40000)]
+
+    def writer(p: int, s: int) -> list[int]:
+        return base[:s] + [t + 1 for t in base[s:p]]
+
+    for n, reqs, evicted in ((30000, ((30000, 30000),), ()), (40000, ((30000, 20000),), ()),
+                             (40000, ((20480, 20480), (30000, 25000)), ()), (30000, ((30000, 30000),), ((0, 5120, 7),))):
+        sc = Scenario(geometry=g, prompt=n, stored=tuple(StoredRequest(prompt=p, shared=s) for p, s in reqs),
+                      rules=RULES, evicted=frozenset((gi, t, Rank(r)) for gi, t, r in evicted))
+        yield sc, base[:n], [writer(p, s) for p, s in reqs]
+
+
 def iterate_cases(rng: random.Random, count: int) -> Iterator[tuple[Scenario, list[int], list[list[int]]]]:
     """Yield generated scenarios with the lookup's tokens and each writer's tokens."""
     made = 0
@@ -441,14 +459,15 @@ def compare_runs(want: Run, got: Run) -> list[str]:
 
 
 def run_oracle(root: str, count: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Return the comparison of kvspec's sglang-0.5.23 with SGLang's own code on `count` generated scenarios."""
+    """Return the comparison of kvspec's sglang-0.5.23 with SGLang's own code on the Kimi-like worked cases and
+    `count` generated scenarios."""
     start = time.perf_counter()
     code = load_sglang(root)
     rng = random.Random(seed)
     n = 0
     agree = dict.fromkeys(FIELDS, 0)
     first: list[dict[str, Any]] = []
-    for sc, base, writers in iterate_cases(rng, count):
+    for sc, base, writers in itertools.chain(iterate_kimi_cases(rng), iterate_cases(rng, count)):
         want, got = compute_expected(sc, base, writers), run_sglang(code, sc, base, writers)
         n += 1
         diffs = compare_runs(want, got)

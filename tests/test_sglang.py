@@ -188,12 +188,12 @@ def sglang_root():
 def test_sglangs_own_code_agrees(sglang_root, seed):
     """SGLang's own write (batch_set_v1/v2 under its controller's backup), hit (_storage_hit_query, then
     _sync_prefetch_hit_query MIN-reduced over D rank threads) and load (batch_get_v1/v2) agree with kvspec on every
-    field of 2,000 generated scenarios per seed (MLA, DCP 1-8, KDA on its grid, up to 3 writers, evictions, bigram
+    field of the Kimi-like worked cases and 2,000 generated scenarios per seed (MLA, DCP 1-8, KDA on its grid, up to 3 writers, evictions, bigram
     keys)."""
     from kvspec.checks import sglang_oracle
     rep = sglang_oracle.run_oracle(sglang_root, count=2000, seed=seed)
-    assert rep["compared"] == 2000 and rep["ok"], rep["disagreements"]
-    assert rep["agree"] == {"stored": 2000, "hit": 2000, "loaded": 2000}
+    assert rep["compared"] == 2004 and rep["ok"], rep["disagreements"]  # the 4 Kimi-like worked cases first
+    assert rep["agree"] == {"stored": 2004, "hit": 2004, "loaded": 2004}
 
 
 def test_the_oracle_catches_wrong_statements(sglang_root, monkeypatch):
@@ -210,7 +210,7 @@ def test_the_oracle_catches_wrong_statements(sglang_root, monkeypatch):
 
     monkeypatch.setattr(sglang_oracle, "evaluate_scenario", rank0_only)
     rep = sglang_oracle.run_oracle(sglang_root, count=300, seed=1)
-    assert rep["agree"]["hit"] < 300 and rep["agree"]["stored"] == 300
+    assert rep["agree"]["hit"] < 304 and rep["agree"]["stored"] == 304
     monkeypatch.setattr(sglang_oracle, "evaluate_scenario", real_eval)
 
     def no_dcp_rank(g, rank, group, page_hash):
@@ -218,7 +218,7 @@ def test_the_oracle_catches_wrong_statements(sglang_root, monkeypatch):
 
     monkeypatch.setattr(sglang_oracle, "_object_keys", no_dcp_rank)
     rep = sglang_oracle.run_oracle(sglang_root, count=300, seed=1)
-    assert rep["agree"]["stored"] < 300 and rep["agree"]["hit"] == 300
+    assert rep["agree"]["stored"] < 304 and rep["agree"]["hit"] == 304
     monkeypatch.setattr(sglang_oracle, "_object_keys", real_keys)
 
     def page_early(sc):
@@ -228,7 +228,7 @@ def test_the_oracle_catches_wrong_statements(sglang_root, monkeypatch):
 
     monkeypatch.setattr(sglang_oracle, "evaluate_scenario", page_early)
     rep = sglang_oracle.run_oracle(sglang_root, count=300, seed=1)
-    assert rep["agree"]["loaded"] < 300 and rep["agree"]["hit"] == 300
+    assert rep["agree"]["loaded"] < 304 and rep["agree"]["hit"] == 304
 
 
 def test_conform_sglang_command(sglang_root, capsys):
@@ -237,7 +237,7 @@ def test_conform_sglang_command(sglang_root, capsys):
     from kvspec.checks.cli import main
     assert main(["conform", "sglang", "--root", sglang_root, "--count", "40", "--seed", "3"]) == 0
     out = capsys.readouterr().out
-    assert "stored  40/40 agree" in out and "hit     40/40 agree" in out and "result: AGREE" in out
+    assert "stored  44/44 agree" in out and "hit     44/44 agree" in out and "result: AGREE" in out
     assert "_sync_prefetch_hit_query" in out and "shims" in out
     with pytest.raises(SystemExit) as exc:
         main(["conform", "sglang", "--root", "/nonexistent", "--count", "1"])
