@@ -92,8 +92,9 @@ def load_definitions(root: str, relpath: str, names: tuple[str, ...], namespace:
     if cls is not None:
         namespace["__kvspec_bases__"] = bases
         star = ast.Starred(value=ast.Name(id="__kvspec_bases__", ctx=ast.Load()), ctx=ast.Load())
+        extra: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
         defs = [ast.copy_location(ast.ClassDef(name=cls, bases=[star], keywords=[], body=defs, decorator_list=[],
-                                               type_params=[]), defs[0])]
+                                               **extra), defs[0])]
     module = ast.fix_missing_locations(ast.Module(body=defs, type_ignores=[]))
     exec(compile(module, str(path), "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True),
          namespace)
@@ -199,7 +200,7 @@ def load_sglang(root: str) -> types.SimpleNamespace:
     ms = importlib.import_module("sglang.srt.mem_cache.storage.mooncake_store.mooncake_store")
     nh = importlib.import_module("sglang.srt.mem_cache.cpp_utils.native_hash")
     native = _load_native(built)
-    nh._load_native_hash_module = lambda: native
+    setattr(nh, "_load_native_hash_module", lambda: native)  # noqa: B010 - the wheel's JIT build, replaced
     import torch
 
     ns: dict[str, Any] = {"hashlib": importlib.import_module("hashlib"), "get_native_hash": nh.get_native_hash,

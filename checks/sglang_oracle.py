@@ -39,7 +39,7 @@ from kvspec.spec.keys import SglangKey, compute_sglang_page_hashes, render_key_s
 from kvspec.spec.rules import compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 from kvspec.spec.store import compute_rule_store
-from kvspec.spec.types import Rank, Tokens
+from kvspec.spec.types import Boundary, GroupId, Rank, Tokens
 
 from .sglang_code import SGLANG_CODE, SHIMS, load_sglang, run_ranks
 
@@ -100,30 +100,25 @@ def make_rank(code: Any, g: Geometry, rank: int) -> tuple[Any, Any, FakeClient]:
     hs, ms = code.hs, code.ms
     client = FakeClient()
 
-    class Store(ms.MooncakeStore):
-        def _import_mooncake_store(self) -> Any:
-            return lambda: client
+    def load_config(self: Any, storage_config: Any) -> Any:
+        return types.SimpleNamespace(global_segment_size=1 << 30, device_name="", standalone_storage=False,
+                                     check_server=False, enable_ssd_offload=False, ssd_offload_path=None,
+                                     tenant_id=ms.DEFAULT_TENANT_ID, local_hostname="127.0.0.1",
+                                     metadata_server="P2PHANDSHAKE", protocol="tcp",
+                                     master_server_address="127.0.0.1:0")
 
-        def _import_mooncake_group_semantics(self) -> tuple[None, bool]:
-            return None, False
-
-        def _replicate_config_supports(self, name: str) -> bool:
-            return False
-
-        def _load_config(self, storage_config: Any) -> Any:
-            return types.SimpleNamespace(global_segment_size=1 << 30, device_name="", standalone_storage=False,
-                                         check_server=False, enable_ssd_offload=False, ssd_offload_path=None,
-                                         tenant_id=ms.DEFAULT_TENANT_ID, local_hostname="127.0.0.1",
-                                         metadata_server="P2PHANDSHAKE", protocol="tcp",
-                                         master_server_address="127.0.0.1:0")
-
-        def warmup(self) -> None:
-            return None
+    # SGLang's MooncakeStore with only its connection stubbed: the client, no group semantics or session ids, a
+    # config without a file, no warm-up round trip
+    store_cls = type("Store", (ms.MooncakeStore,), {
+        "_import_mooncake_store": lambda self: (lambda: client),
+        "_import_mooncake_group_semantics": lambda self: (None, False),
+        "_replicate_config_supports": lambda self, name: False,
+        "_load_config": load_config, "warmup": lambda self: None})
 
     config = hs.HiCacheStorageConfig(tp_rank=rank, tp_size=d, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
                                      is_mla_model=True, enable_storage_metrics=False, is_page_first_layout=True,
                                      model_name=MODEL, dcp_size=d, dcp_rank=rank, logical_page_size=page)
-    store = Store(config, None)
+    store = store_cls(config, None)
     store.mem_pool_host = HostPool(page, 1)  # one address per logical page (the layout is not what is compared)
     store.registered_pools = {hs.PoolName.MAMBA: HostPool(1, 2, conv_buffer=[object()], temporal_state_elem_size=1)}
     ctl = object.__new__(code.Controller)
@@ -201,7 +196,8 @@ def _page_hashes(code: Any, tokens: list[int], page: int, bigram: bool) -> list[
     return list(code.get_storage_hash_str(_radix_key(code, tokens, pages, page, bigram), None, page_size=page))
 
 
-def _query_ranks(code: Any, ranks: list[Any], g: Geometry, tokens: list[int], bigram: bool) -> tuple[int, tuple]:
+def _query_ranks(code: Any, ranks: list[Any], g: Geometry, tokens: list[int],
+                 bigram: bool) -> tuple[int, tuple[tuple[str, ...], ...]]:
     """Return (the hit, each rank's loaded keys) of SGLang's prefetch on every rank: _storage_hit_query, then
     _sync_prefetch_hit_query over the ranks' threads, then batch_get_v1 for the hit's pages and batch_get_v2 for the
     Mamba state at the trailing page."""
@@ -315,8 +311,8 @@ class SglangAdapter:
                 objs.add((mam[0], t) if _is_mamba_key(key) else (att, t))
         return sorted(objs)
 
-    def _ranks_with(self, code: Any, g: Geometry, present: frozenset, tokens: list[int], page: int,
-                    bigram: bool) -> list[Any]:
+    def _ranks_with(self, code: Any, g: Geometry, present: frozenset[tuple[int, int]], tokens: list[int],
+                    page: int, bigram: bool) -> list[Any]:
         hashes = _page_hashes(code, tokens, page, bigram)
         ranks = [make_rank(code, g, r) for r in range(g.parallel.dcp)]
         for store, _, client in ranks:
@@ -332,7 +328,8 @@ class SglangAdapter:
                 client.keys.update(store._tag_keys(keys))
         return ranks
 
-    def lookup(self, geometry: Geometry, present: frozenset, prompt: int, rules: str) -> tuple[int, dict[int, int]]:
+    def lookup(self, geometry: Geometry, present: frozenset[tuple[int, int]], prompt: int,
+               rules: str) -> tuple[int, dict[int, int]]:
         """Return SGLang's hit for E on every rank, and each group's tail (the hit: whole pages)."""
         code, page, bigram = self._setup(geometry, rules)
         tokens = list(range(1, prompt + 1))
@@ -340,7 +337,7 @@ class SglangAdapter:
                               bigram)
         return hit, (dict.fromkeys(range(len(geometry.groups)), hit) if hit else {})
 
-    def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int], present: frozenset,
+    def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int], present: frozenset[tuple[int, int]],
                   rules: str) -> list[tuple[int, int, int]]:
         """Return (group, block, key boundary) of every object SGLang's loads ask for after the query."""
         code, page, bigram = self._setup(geometry, rules)
@@ -403,7 +400,7 @@ def iterate_kimi_cases(rng: random.Random) -> Iterator[tuple[Scenario, list[int]
     for n, reqs, evicted in ((30000, ((30000, 30000),), ()), (40000, ((30000, 20000),), ()),
                              (40000, ((20480, 20480), (30000, 25000)), ()), (30000, ((30000, 30000),), ((0, 5120, 7),))):
         sc = Scenario(geometry=g, prompt=n, stored=tuple(StoredRequest(prompt=p, shared=s) for p, s in reqs),
-                      rules=RULES, evicted=frozenset((gi, t, Rank(r)) for gi, t, r in evicted))
+                      rules=RULES, evicted=frozenset((GroupId(gi), Boundary(t), Rank(r)) for gi, t, r in evicted))
         yield sc, base[:n], [writer(p, s) for p, s in reqs]
 
 
@@ -451,9 +448,9 @@ def compare_runs(want: Run, got: Run) -> list[str]:
             break
     if want.hit != got.hit:
         diffs.append(f"hit: kvspec {want.hit}, SGLang {got.hit}")
-    for r, (w, x) in enumerate(zip(want.loaded, got.loaded, strict=True)):
-        if sorted(w) != sorted(x):
-            diffs.append(f"loaded rank {r}: kvspec {list(w)[:2]}…, SGLang {list(x)[:2]}…")
+    for r, (lw, lx) in enumerate(zip(want.loaded, got.loaded, strict=True)):
+        if sorted(lw) != sorted(lx):
+            diffs.append(f"loaded rank {r}: kvspec {list(lw)[:2]}…, SGLang {list(lx)[:2]}…")
             break
     return diffs
 

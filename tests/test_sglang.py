@@ -188,8 +188,8 @@ def sglang_root():
 def test_sglangs_own_code_agrees(sglang_root, seed):
     """SGLang's own write (batch_set_v1/v2 under its controller's backup), hit (_storage_hit_query, then
     _sync_prefetch_hit_query MIN-reduced over D rank threads) and load (batch_get_v1/v2) agree with kvspec on every
-    field of the Kimi-like worked cases and 2,000 generated scenarios per seed (MLA, DCP 1-8, KDA on its grid, up to 3 writers, evictions, bigram
-    keys)."""
+    field of the Kimi-like worked cases and 2,000 generated scenarios per seed (MLA, DCP 1-8, KDA on its grid, up to 3
+    writers, evictions, bigram keys)."""
     from kvspec.checks import sglang_oracle
     rep = sglang_oracle.run_oracle(sglang_root, count=2000, seed=seed)
     assert rep["compared"] == 2004 and rep["ok"], rep["disagreements"]  # the 4 Kimi-like worked cases first
