@@ -111,11 +111,18 @@ def _ints(text: str, flag: str, shape: str, n: tuple[int, ...]) -> list[int]:
 
 
 def _requests(args: argparse.Namespace) -> tuple[StoredRequest, ...]:
-    """Return the --stored P[:S] requests (S defaults to min(P, N))."""
+    """Return the --stored P[:S[:RULES]] requests (S defaults to min(P, N); RULES: the writer's rule set, when not the
+    reader's --rules)."""
     out = []
     for text in args.stored:
-        v = _ints(text, "--stored", "P[:S]", (1, 2))
-        out.append(StoredRequest(prompt=v[0], shared=v[1] if len(v) == 2 else min(v[0], args.prompt)))
+        parts = text.split(":")
+        writer = parts.pop().strip() if len(parts) > 1 and not parts[-1].strip().lstrip("-").isdigit() else ""
+        if writer and writer not in RULE_SETS:
+            raise SpecError("cli-usage", f"--stored takes P[:S[:RULES]], got {text!r}: {writer!r} is not a rule set "
+                                         f"(known: {', '.join(RULE_SETS)})")
+        v = _ints(":".join(parts), "--stored", "P[:S[:RULES]]", (1, 2))
+        out.append(StoredRequest(prompt=v[0], shared=v[1] if len(v) == 2 else min(v[0], args.prompt),
+                                 rules=get_rules(writer).name if writer else None))
     return tuple(out)
 
 
@@ -347,6 +354,23 @@ def format_lookup(scenario: Scenario, outcome: Outcome, d: dict[str, Any]) -> li
     return out
 
 
+def format_fleet(scenario: Scenario) -> list[str]:
+    """Return a line per stored request whose writer ran another rule set (a mixed fleet): its λ, and whether the
+    reader can name its objects."""
+    from kvspec.spec.rules import compute_lookahead
+    from kvspec.spec.scenario import compute_writer_lookahead
+    g, out = scenario.geometry, []
+    for k, r in enumerate(scenario.stored):
+        if r.rules is not None and r.rules != scenario.rules:
+            lw = compute_lookahead(get_rules(r.rules), g)
+            seen = compute_writer_lookahead(g, scenario.rules, r) is not None
+            out.append(f"stored request {k} ({r.prompt} tokens) written under {r.rules} (λ = {lw}): "
+                       + ("its keys are the reader's" if seen else
+                          f"the reader hashes with λ = {compute_lookahead(get_rules(scenario.rules), g)}: "
+                          "none of its keys is one the reader names (a miss, never its bytes)"))
+    return out
+
+
 def format_table(scenario: Scenario, outcome: Outcome) -> str:
     """Return the readable explanation of one scenario."""
     d = encode_outcome(scenario, outcome)
@@ -355,6 +379,7 @@ def format_table(scenario: Scenario, outcome: Outcome) -> str:
     geo = d["geometry"]
     out = [f"geometry: D={geo['dcp']} u={geo['unit']} L={geo['lcm_span']} fine={geo['fine']} "
            f"a={geo['alignment']} retention={geo['retention']}  rules: {scenario.rules}"]
+    out.extend(format_fleet(scenario))
     out.append("  group  kind       block  span   eagle  stored boundaries (present in E)")
     for g in geo["groups"]:
         ts = [o["boundary"] for o in d["stored"] if o["group"] == g["id"]]
@@ -386,6 +411,7 @@ def format_compact_table(scenario: Scenario, outcome: Outcome, d: dict[str, Any]
     out = [f"geometry: D={geo['dcp']} u={geo['unit']} L={geo['lcm_span']} fine={geo['fine']} "
            f"a={geo['alignment']} retention={geo['retention']}  rules: {scenario.rules}",
            f"past the explicit limit ({MAX_SHARDS} rank shards): E and the load plan as runs (--explicit lists them)"]
+    out.extend(format_fleet(scenario))
     out.append("  group  kind       block  span   eagle  stored boundaries (present in E)")
     runs = {e["group"]: e for e in d["stored"]}
     for g in geo["groups"]:
@@ -672,9 +698,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help='the present objects as a JSON list of {"group": g, "boundary": t} (- for stdin)')
     stored.add_argument("--shared", type=int, metavar="S",
                         help="tokens the stored request shares with the lookup (default min(P, N))")
-    stored.add_argument("--stored", action="append", default=[], metavar="P[:S]",
+    stored.add_argument("--stored", action="append", default=[], metavar="P[:S[:RULES]]",
                         help="a stored request of P tokens sharing its first S with the lookup (repeatable; "
-                             "S defaults to min(P, N))")
+                             "S defaults to min(P, N)); RULES: the rule set of the engine that stored it, when not "
+                             "the reader's (a mixed fleet, e.g. 15000:15000:vllm-0.33.0)")
     stored.add_argument("--evict", action="append", default=[], metavar="GROUP:BOUNDARY[:RANK]",
                         help="an object evicted from one rank, or from every rank without RANK (repeatable)")
     sch = e.add_argument_group("how the stored requests were scheduled (vLLM rule sets; default: the block schedule, "

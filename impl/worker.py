@@ -39,7 +39,8 @@ def run_scenario(pipe: RankPipeline, sc: ScenarioJob) -> dict[str, Any]:
     eng = pipe.engine(sc.prefix, sc.store_rule, sc.lookahead)
     base = make_tokens(sc.seed, sc.prompt)
     t0 = time.perf_counter()
-    stores = [pipe.store_request(eng, request_tokens(base, sc.seed * 1000 + k + 1, p, s))
+    writers = [pipe.engine(sc.prefix, *sc.writers[k]) if sc.writers else eng for k in range(len(sc.stored))]
+    stores = [pipe.store_request(writers[k], request_tokens(base, sc.seed * 1000 + k + 1, p, s))
               for k, (p, s) in enumerate(sc.stored)]
     predicted = list(sc.predicted_keys.get(rank, ()))
     res: dict[str, Any] = {"stores": [st.to_json() for st in stores],

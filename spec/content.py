@@ -17,10 +17,9 @@ from typing import Any
 
 from .geometry import Geometry
 from .ops import IntOps
-from .rules import compute_lookahead, get_rules
-from .scenario import SPEC_STAGES, Outcome, Scenario
-from .store import Obj, compute_visible
-from .types import GroupId, Tokens
+from .scenario import SPEC_STAGES, Outcome, Scenario, compute_request_visible
+from .store import Obj
+from .types import GroupId
 
 KIND_ATTENTION, KIND_DRAFT, KIND_MAMBA = 0, 1, 2  # what a loaded byte is, as an integer (a Z3 theorem ranges over it)
 DRAFT_REACH = 1  # tokens past p that an EAGLE drafter's KV at p depends on (the next one)
@@ -41,11 +40,9 @@ def compute_dependency_end(geometry: Geometry, group: GroupId, position: int) ->
 
 def compute_first_writers(scenario: Scenario) -> dict[Obj, int]:
     """Return, for every object a stored request made visible, the index of the first request that stored it."""
-    rules = get_rules(scenario.rules)
     out: dict[Obj, int] = {}
     for k, r in enumerate(scenario.stored):
-        for o in compute_visible(SPEC_STAGES.store(rules, scenario.geometry, Tokens(r.prompt), scenario.schedule), Tokens(r.shared),
-                                 compute_lookahead(rules, scenario.geometry)):
+        for o in compute_request_visible(scenario.geometry, scenario.rules, r, SPEC_STAGES, scenario.schedule):
             out.setdefault(o, k)
     return out
 

@@ -84,11 +84,13 @@ def _int(x: object, what: str, lo: int = 0, rule: str = RULE_SCENARIO) -> int:
 @attrs.frozen(kw_only=True)
 class StoredRequest:
     """A request of P prompt tokens that was stored; it shares its first S tokens with the lookup request; its own
-    schedule, when it differs from the scenario's (e.g. observed chunk ends)."""
+    schedule, when it differs from the scenario's (e.g. observed chunk ends); the rule set of the engine that stored
+    it, when it differs from the reader's (a mixed fleet)."""
 
     prompt: int
     shared: int
     schedule: Schedule | None = None
+    rules: str | None = None
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)
@@ -115,6 +117,11 @@ class Scenario:
             require(self.objects is None, RULE_SCHEDULE, "a schedule applies to stored requests, not explicit objects")
         check_count(len(self.stored), MAX_STORED, RULE_LIMIT_STORED, "stored request count")
         for r in self.stored:
+            if r.rules is not None:  # a writer of a mixed fleet: its rule set must admit the geometry too
+                require(self.objects is None, RULE_SCENARIO, "a writer's rule set applies to stored requests")
+                check_config(get_rules(r.rules), self.geometry)
+                require((r.schedule or self.schedule) == BLOCK_SCHEDULE or get_rules(r.rules).store == STORE_VLLM_0_33,
+                        RULE_SCHEDULE, f"a chunk budget applies to a vLLM writer, not to {r.rules}")
             check_count(_int(r.prompt, "stored prompt", 0), MAX_PROMPT, RULE_LIMIT_PROMPT, "stored prompt")
             _int(r.shared, "shared", 0)
             if r.shared > min(r.prompt, self.prompt):
@@ -212,23 +219,43 @@ def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES, compact: bo
     return _compute_stored_of(scenario.geometry, scenario.rules, scenario.stored, stages, scenario.schedule)
 
 
+def compute_writer_lookahead(g: Geometry, reader: str, request: StoredRequest) -> int | None:
+    """Return the λ the request's writer hashed with, or None when it is not the reader's: a key H'_t (λ > 0) names
+    [0, t + λ) and H_t names [0, t), so two engines hashing with different λ name no common key — vLLM's key carries
+    no λ marker, and a mixed fleet's objects are each other's misses (never each other's bytes)."""
+    lw = compute_lookahead(get_rules(request.rules or reader), g)
+    return lw if lw == compute_lookahead(get_rules(reader), g) else None
+
+
+def compute_request_visible(g: Geometry, reader: str, request: StoredRequest, stages: Stages = SPEC_STAGES,
+                            schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
+    """Return the objects one stored request shows the reader: its writer's store rule (the request's rule set, else
+    the reader's) at P, through the shared prefix S at the writer's λ; none when the λ differ
+    (compute_writer_lookahead)."""
+    lw = compute_writer_lookahead(g, reader, request)
+    if lw is None:
+        return frozenset()
+    return compute_visible(stages.store(get_rules(request.rules or reader), g, Tokens(request.prompt),
+                                        request.schedule or schedule), Tokens(request.shared), lw)
+
+
 def _compute_stored_compact(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
                             schedule: Schedule) -> Objects:
-    """Return compute_stored's objects as runs and points (_compute_stored_of's rule on runs)."""
-    rules = get_rules(rules_name)
-    lookahead = compute_lookahead(rules, g)
-    return compute_objects_union(compute_visible_objects(compute_rule_objects(rules, g, Tokens(r.prompt),
-                                                                              r.schedule or schedule),
-                                                         Tokens(r.shared), lookahead) for r in stored)
+    """Return compute_stored's objects as runs and points (compute_request_visible's rule on runs)."""
+    parts = []
+    for r in stored:
+        lw = compute_writer_lookahead(g, rules_name, r)
+        if lw is not None:
+            parts.append(compute_visible_objects(compute_rule_objects(get_rules(r.rules or rules_name), g,
+                                                                      Tokens(r.prompt), r.schedule or schedule),
+                                                 Tokens(r.shared), lw))
+    return compute_objects_union(parts)
 
 
 @functools.lru_cache(maxsize=1024)  # one set per stored setup: the lookups of every N and eviction share it
 def _compute_stored_of(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
                        stages: Stages, schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
-    rules = get_rules(rules_name)
-    lookahead = compute_lookahead(rules, g)
-    sets = [compute_visible(stages.store(rules, g, Tokens(r.prompt), r.schedule or schedule), Tokens(r.shared),
-                            lookahead) for r in stored]
+    sets = [compute_request_visible(g, rules_name, r, stages, schedule) for r in stored]
     return sets[0] if len(sets) == 1 else frozenset().union(*sets)
 
 
@@ -377,7 +404,8 @@ def encode_scenario(scenario: Scenario) -> dict[str, Any]:
         out["stored"] = [{"group": gid, "boundary": t} for gid, t in sorted(scenario.objects)]
     else:
         out["requests"] = [{"prompt": r.prompt, "shared": r.shared,
-                            **({"schedule": encode_schedule(r.schedule)} if r.schedule is not None else {})}
+                            **({"schedule": encode_schedule(r.schedule)} if r.schedule is not None else {}),
+                            **({"rules": r.rules} if r.rules is not None else {})}
                            for r in scenario.stored]
     if scenario.evicted:
         out["evicted"] = [{"group": gid, "boundary": t, "rank": r} for gid, t, r in sorted(scenario.evicted)]
@@ -387,15 +415,21 @@ def encode_scenario(scenario: Scenario) -> dict[str, Any]:
 
 
 def decode_requests(raw: object) -> tuple[StoredRequest, ...]:
-    """Return the stored requests of a JSON list of {"prompt": P, "shared": S[, "schedule": {...}]}."""
+    """Return the stored requests of a JSON list of {"prompt": P, "shared": S[, "schedule": {...}][, "rules": NAME]}
+    (rules: the writer's rule set, when not the reader's)."""
     require(isinstance(raw, list), RULE_SCENARIO, "requests must be a JSON list")
     out = []
     for item in cast(list[Any], raw):
-        require(isinstance(item, dict) and {"prompt", "shared"} <= set(item) <= {"prompt", "shared", "schedule"},
-                RULE_SCENARIO, f"each request is {{\"prompt\": P, \"shared\": S[, \"schedule\": {{...}}]}}, got {item!r}")
+        require(isinstance(item, dict) and {"prompt", "shared"} <= set(item) <= {"prompt", "shared", "schedule", "rules"},
+                RULE_SCENARIO, f"each request is {{\"prompt\": P, \"shared\": S[, \"schedule\": {{...}}][, \"rules\": "
+                               f"NAME]}}, got {item!r}")
+        writer = item.get("rules")
+        require(writer is None or isinstance(writer, str), RULE_SCENARIO, f"a request's rules is a rule set name, "
+                                                                          f"got {writer!r}")
         out.append(StoredRequest(prompt=_int(item["prompt"], "request prompt", 0),
                                  shared=_int(item["shared"], "request shared", 0),
-                                 schedule=decode_schedule(item["schedule"]) if "schedule" in item else None))
+                                 schedule=decode_schedule(item["schedule"]) if "schedule" in item else None,
+                                 rules=get_rules(writer).name if writer is not None else None))
     return tuple(out)
 
 

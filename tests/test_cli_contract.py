@@ -76,7 +76,7 @@ def test_library_surface():
 
 
 def test_input_parity_flags(capsys):
-    """--stored P[:S] (repeatable), --evict G:T[:R], --interleave, --pcp say what scenario JSON can say."""
+    """--stored P[:S[:RULES]] (repeatable), --evict G:T[:R], --interleave, --pcp say what scenario JSON can say."""
     rc, out, _ = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57", "--stored", "80:40",
                       "--evict", "1:52:1", "--json"], capsys)
     d = json.loads(out)
@@ -90,7 +90,7 @@ def test_input_parity_flags(capsys):
                       "--stored", "40", "--rules", "pr53324", "--json"], capsys)
     assert rc == 0 and json.loads(out)["input"]["interleave"] == 4
     rc, _, err = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57:x"], capsys)
-    assert rc == 2 and "--stored takes P[:S]" in err
+    assert rc == 2 and "--stored takes P[:S[:RULES]]" in err and "'x' is not a rule set" in err
     rc, _, err = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57", "--stored-prompt", "5"],
                      capsys)
     assert rc == 2

@@ -135,3 +135,23 @@ def test_draft_hazard_closed_by_lookahead_keys(master, tmp_path, rules, lookahea
     totals = run(master, [sc], tmp_path, f"draft-{rules}")
     assert totals["bytes_wrong"] == 0 and totals["bytes_compared"] > 0
     assert (totals["draft_lookahead_bytes"] > 0) is lookahead_bytes, totals
+
+
+def test_mixed_fleet_on_real_ranks(master, tmp_path):
+    """A fleet mixing vLLM 0.33.0 and 0.34.0 engines on one store (writers and reader on real rank processes, the
+    writers keyed as their own release keys): with an EAGLE drafter the two hash with different λ and name no common
+    key — a 0.34.0 reader after a 0.33.0 writer hits 0 (the same fleet: 56), nothing wrong loaded; beside a 0.34.0
+    writer of the same prompt it hits 56 from that one; without a drafter both hash alike and share everything."""
+    eagle, plain = scaled(2), scaled(2, eagle=False)
+    mixed = [Scenario(geometry=eagle, prompt=57, stored=(StoredRequest(prompt=57, shared=57, rules="vllm-0.33.0"),),
+                      rules="vllm-0.34.0"),
+             Scenario(geometry=eagle, prompt=57, stored=(StoredRequest(prompt=57, shared=57, rules="vllm-0.33.0"),
+                                                         StoredRequest(prompt=57, shared=57)), rules="vllm-0.34.0")]
+    assert [evaluate_scenario(sc).hit_length for sc in mixed] == [0, 56]
+    totals = run(master, mixed, tmp_path, "mixed-eagle")
+    assert totals["bytes_wrong"] == 0 and totals["minus704"] == 0 and totals["bytes_compared"] > 0
+    shared = Scenario(geometry=plain, prompt=57, stored=(StoredRequest(prompt=57, shared=57, rules="vllm-0.33.0"),),
+                      rules="vllm-0.34.0")
+    assert evaluate_scenario(shared).hit_length == 56
+    totals = run(master, [shared], tmp_path, "mixed-plain")
+    assert totals["bytes_wrong"] == 0 and totals["bytes_compared"] > 0
