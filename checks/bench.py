@@ -31,12 +31,13 @@ MEASURED = list_rules("bench")  # the rule sets the bench compares (checks/rules
 
 
 def bench_lookup(sizes: tuple[int, ...] = (32_768, 131_072, 1_048_576),
-                 rule_sets: tuple[str, ...] = MEASURED, master: str | None = None) -> list[dict[str, Any]]:
-    """Return one row per rule set and prompt size (identical resend on kimi-k3-dcp8): probes, baseline probes, rounds,
-    identical; with a master address also the wall time of the existence calls on that real master (every rank's keys
-    in one batch_is_exist per round) against vLLM's one call of every rank's unit-boundary keys."""
+                 rule_sets: tuple[str, ...] = MEASURED, master: str | None = None,
+                 geometry: Any = None) -> list[dict[str, Any]]:
+    """Return one row per rule set and prompt size (identical resend on kimi-k3-dcp8, or `geometry`): probes, baseline
+    probes, rounds, identical; with a master address also the wall time of the existence calls on that real master
+    (every rank's keys in one batch_is_exist per round) against vLLM's one call of every rank's unit-boundary keys."""
     from kvspec.impl.lookup import HybridLookup, count_baseline_probes
-    g = get_preset("kimi-k3-dcp8")
+    g = geometry or get_preset("kimi-k3-dcp8")
     client = _ProbeClient(master, g) if master else None
     rows = []
     try:
@@ -139,6 +140,50 @@ def bench_lookup_master(sizes: tuple[int, ...] = (131_072, 1_048_576, 4_194_304)
     from kvspec.impl.cluster import running_master
     with tempfile.TemporaryDirectory(prefix="kvspec-lbench-") as wd, running_master(wd) as m:
         return bench_lookup(sizes, rule_sets, master=m.address)
+
+
+DEADLINE_MS = 1000  # vLLM 0.34.0's lookup deadline: a lookup past it answers hit 0
+DEADLINE_SIZES = (32_768, 131_072, 524_288, 1_048_576, 2_097_152, 4_194_304, 8_388_608)
+
+
+def bench_deadline(dcps: tuple[int, ...] = (1, 8), sizes: tuple[int, ...] = DEADLINE_SIZES,
+                   rules: str = "vllm-0.34.0") -> list[dict[str, Any]]:
+    """Return, per D and prompt length (Kimi-K3's groups at that D, an identical resend), the master time of vLLM's
+    lookup call pattern and of the implementation's, each against vLLM 0.34.0's 1 s lookup deadline (hit 0 past it)."""
+    import tempfile
+
+    from kvspec.impl.cluster import running_master
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kvspec-deadline-") as wd, running_master(wd) as m:
+        for d in dcps:
+            g = get_preset("kimi-k3-dcp8")
+            g = attrs.evolve(g, parallel=attrs.evolve(g.parallel, dcp=d))
+            for r in bench_lookup(sizes, (rules,), master=m.address, geometry=g):
+                rows.append({"dcp": d, "tokens": r["tokens"], "rules": rules, "master_ms": r["master_ms"],
+                             "baseline_master_ms": r["baseline_master_ms"], "probes": r["probes"],
+                             "baseline_probes": r["baseline_probes"], "identical": r["identical"],
+                             "past_deadline": r["master_ms"] > DEADLINE_MS,
+                             "baseline_past_deadline": r["baseline_master_ms"] > DEADLINE_MS})
+    return rows
+
+
+def format_deadline(rows: list[dict[str, Any]]) -> list[str]:
+    """Return the deadline table: per D and length both call patterns' master time, and where each passes 1 s."""
+    lines = [f"lookup deadline ({DEADLINE_MS} ms, vLLM 0.34.0: hit 0 past it), Kimi-K3 groups, identical resend, "
+             "time on a real master:"]
+    for r in rows:
+        lines.append(f"  D={r['dcp']:<2} N={r['tokens']:>9}: vLLM's pattern {r['baseline_master_ms']:>9} ms "
+                     f"({r['baseline_probes']} keys){' PAST' if r['baseline_past_deadline'] else ''}; kvspec impl "
+                     f"{r['master_ms']} ms ({r['probes']} keys){' PAST' if r['past_deadline'] else ''}")
+    for d in sorted({r["dcp"] for r in rows}):
+        mine = [r for r in rows if r["dcp"] == d]
+        first = next((r["tokens"] for r in mine if r["baseline_past_deadline"]), None)
+        ours = next((r["tokens"] for r in mine if r["past_deadline"]), None)
+        top = max(r["tokens"] for r in mine)
+        lines.append(f"  D={d}: vLLM's pattern passes the deadline at N={first}" if first else
+                     f"  D={d}: vLLM's pattern stays under the deadline up to N={top}")
+        lines[-1] += f"; kvspec's at N={ours}" if ours else f"; kvspec's stays under it up to N={top}"
+    return lines
 
 
 @attrs.frozen(kw_only=True)
@@ -418,6 +463,8 @@ def format_bench(out: dict[str, Any]) -> str:
         c = out["calibration"]
         lines.append(f"machine: {c['machine']}, {c['cores']} cores, Python {c['python']}; calibration loop "
                      f"({c['loop']}) {c['loop_seconds']} s")
+    if out.get("deadline"):
+        lines.extend(format_deadline(out["deadline"]))
     for r in out.get("lookup", []):
         lines.append(f"lookup {r['rules']:<12} N={r['tokens']:>9}: {r['probes']} probes vs {r['baseline_probes']} "
                      f"({r['ratio']}x), {r['rounds']} rounds, identical to the spec: {r['identical']}"
@@ -457,10 +504,14 @@ def format_bench(out: dict[str, Any]) -> str:
 
 def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool = False,
               dcps: tuple[int, ...] | None = None, tokens: int | None = None, efficiency_only: bool = False,
-              plot: str | None = None) -> int:
+              plot: str | None = None, deadline_only: bool = False) -> int:
     """Run the benches, print the summary (or the JSON object) with this machine's calibration; return 0."""
     from .calibration import measure_calibration
     out: dict[str, Any] = {"calibration": measure_calibration()}
+    if deadline_only:
+        out["deadline"] = bench_deadline()
+        print(json.dumps(out, indent=2) if json_out else format_bench(out))
+        return 0
     if not transfer_only:
         out["efficiency"] = bench_efficiency(step=49 if quick else 7)
         out["conversations"] = bench_conversations(count=4 if quick else 12)
@@ -479,6 +530,7 @@ def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool =
     out["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     if not transfer_only:
         out["lookup"] = bench_lookup_master((131_072, 1_048_576) if quick else (131_072, 1_048_576, 4_194_304))
+        out["deadline"] = bench_deadline(sizes=DEADLINE_SIZES[:4] if quick else DEADLINE_SIZES)
     if not transfer_only:
         from .load import run_load
         out["load"] = [run_load(dcp=d, streams=16, seconds=15 if quick else 30) for d in (2, 4)]

@@ -827,6 +827,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tokens", type=int, metavar="N", help="tokens of the transfer bench's request (default 32768)")
     b.add_argument("--efficiency-only", action="store_true",
                    help="only the cache-efficiency tables (identical resends, multi-turn conversations; no store needed)")
+    b.add_argument("--deadline-only", action="store_true",
+                   help="only the lookup-deadline table: vLLM's lookup call pattern and kvspec's on a real master, "
+                        "D = 1 and 8, 32k to 8M tokens, against vLLM 0.34.0's 1 s deadline")
     b.add_argument("--plot", metavar="FILE", help="also draw the identical-resend hit against the prompt length per "
                    "rule set (matplotlib; PNG, SVG or PDF by the file's extension)")
     return p
@@ -870,6 +873,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                               only=tuple(args.only or ()), list_only=args.list, full=args.full)
         if args.efficiency_only and args.transfer_only:
             _die("cli-usage", "--efficiency-only and --transfer-only exclude each other")
+        if args.deadline_only:
+            _refuse_flags(args, "bench --deadline-only (only the lookup-deadline table)",
+                          ("efficiency_only", "transfer_only", "dcp", "tokens", "plot", "quick"))
         if args.efficiency_only:
             _refuse_flags(args, "bench --efficiency-only (no transfer bench runs)", ("dcp", "tokens"))
         if args.transfer_only:
@@ -882,7 +888,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kvspec.checks.bench import run_bench
         return run_bench(quick=args.quick, transfer_only=args.transfer_only, json_out=args.json,
                          dcps=tuple(args.dcp) if args.dcp else None, tokens=args.tokens,
-                         efficiency_only=args.efficiency_only, plot=args.plot)
+                         efficiency_only=args.efficiency_only, plot=args.plot, deadline_only=args.deadline_only)
     except SpecError as err:
         _die(err.rule, err.message)
     except BrokenPipeError:

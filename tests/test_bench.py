@@ -31,3 +31,19 @@ def test_lookup_bench_on_a_real_master():
     (r,) = rows
     assert r["identical"] and r["rounds"] == 1 and r["hit_length"] == 32_640
     assert r["master_ms"] > 0 and r["baseline_master_ms"] > 0
+
+
+def test_deadline_table_on_a_real_master():
+    """The lookup-deadline table: per D both call patterns timed on a real master for the same resend (the same hit as
+    the spec), vLLM's with every rank's unit-boundary keys, kvspec's with far fewer; each row says whether it passed
+    the 1 s deadline, and the summary where each pattern first does (figures printed, not judged)."""
+    require("mooncake.store")
+    from kvspec.checks.bench import bench_deadline, format_deadline
+    rows = bench_deadline(dcps=(1, 2), sizes=(32_768, 65_536))
+    print("\n".join(format_deadline(rows)))
+    assert [(r["dcp"], r["tokens"]) for r in rows] == [(1, 32_768), (1, 65_536), (2, 32_768), (2, 65_536)]
+    assert all(r["identical"] and r["probes"] < r["baseline_probes"] for r in rows)
+    assert rows[2]["baseline_probes"] == 2 * rows[0]["baseline_probes"]  # every rank probes its own keys
+    assert all(isinstance(r["past_deadline"], bool) and r["master_ms"] > 0 for r in rows)
+    lines = format_deadline(rows)
+    assert any(line.startswith("  D=1: vLLM's pattern") for line in lines)
