@@ -143,7 +143,7 @@ def bench_lookup_master(sizes: tuple[int, ...] = (131_072, 1_048_576, 4_194_304)
 
 
 DEADLINE_MS = 1000  # vLLM 0.34.0's lookup deadline: a lookup past it answers hit 0
-DEADLINE_SIZES = (32_768, 131_072, 524_288, 1_048_576, 2_097_152, 4_194_304, 8_388_608)
+DEADLINE_SIZES = (32_768, 131_072, 524_288, 1_048_576, 2_097_152, 4_194_304, 8_388_608, 16_777_216)
 
 
 def bench_deadline(dcps: tuple[int, ...] = (1, 8), sizes: tuple[int, ...] = DEADLINE_SIZES,

@@ -829,7 +829,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only the cache-efficiency tables (identical resends, multi-turn conversations; no store needed)")
     b.add_argument("--deadline-only", action="store_true",
                    help="only the lookup-deadline table: vLLM's lookup call pattern and kvspec's on a real master, "
-                        "D = 1 and 8, 32k to 8M tokens, against vLLM 0.34.0's 1 s deadline")
+                        "D = 1 and 8, 32k to 16M tokens, against vLLM 0.34.0's 1 s deadline")
     b.add_argument("--plot", metavar="FILE", help="also draw the identical-resend hit against the prompt length per "
                    "rule set (matplotlib; PNG, SVG or PDF by the file's extension)")
     return p
