@@ -23,6 +23,7 @@ token range is the scheduler's N − 1, page-floored (`_compute_max_prefix_len`)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import random
@@ -141,8 +142,7 @@ def _backup(code: Any, ctls: list[Any], g: Geometry, tokens: list[int], bigram: 
     objs = compute_rule_store(rules, g, Tokens(len(tokens)))
     kv_end = max((t for gi, t in objs if g.groups[gi].kind == "attention"), default=0)
     states = sorted({t for gi, t in objs if g.groups[gi].kind == "mamba"})
-    cuts = [c for c in (*states, kv_end) if c]
-    cuts = sorted(set(cuts))
+    cuts = sorted({c for c in (*states, kv_end) if c})  # a node ends at each state and at the last whole page
     start, last_hash = 0, None
     comp = object.__new__(code.MambaComponent)
     comp.component_type = "mamba"
@@ -154,7 +154,7 @@ def _backup(code: Any, ctls: list[Any], g: Geometry, tokens: list[int], bigram: 
         xfers = code.MambaComponent.build_hicache_transfers(comp, node, code.Phase.BACKUP_STORAGE) if states else None
         for ctl in ctls:
             op = types.SimpleNamespace(host_indices=code.torch.arange(len(hashes) * page), hash_value=list(hashes),
-                                       prefix_keys=None, pool_transfers=[attrs_copy(x) for x in xfers or []] or None,
+                                       prefix_keys=None, pool_transfers=[_copy_transfer(x) for x in xfers or []] or None,
                                        pool_storage_result=code.hs.PoolTransferResult.empty(), completed_tokens=0)
             ctl._page_backup_with_stable_layout(op)
             if op.completed_tokens != len(hashes) * page:
@@ -162,9 +162,8 @@ def _backup(code: Any, ctls: list[Any], g: Geometry, tokens: list[int], bigram: 
         start, last_hash = end, hashes[-1]
 
 
-def attrs_copy(transfer: Any) -> Any:
+def _copy_transfer(transfer: Any) -> Any:
     """Return a copy of a PoolTransfer (each rank's operation gets its own, as each rank builds its own)."""
-    import dataclasses
     return dataclasses.replace(transfer)
 
 
