@@ -67,7 +67,36 @@ def _parse_group(text: str) -> Group:
     return Group(kind=resolve_kind(parts[0]), block_size=block, eagle=len(parts) == 3)
 
 
+DRAFTERS = {"eagle": 1, "eagle3": 1, "mtp": 1, "mtp-multi": None, "dspark": 0, "dflash": 0, "none": 0}
+
+
+def _apply_drafter(args: argparse.Namespace, g: Geometry) -> Geometry:
+    """Return the geometry with --drafter's reach: EAGLE, EAGLE3, MTP read 1 token past a position, multi-module MTP
+    (mtp-multi:K) K; each needs the EAGLE-flagged group it shortens. DSpark, DFlash and none take neither the drop nor
+    lookahead (vLLM's needs_eagle_block_drop excludes them): no group may carry the flag."""
+    text = getattr(args, "drafter", None)
+    if text is None:
+        return g
+    name, _, k = text.partition(":")
+    if name not in DRAFTERS or (name == "mtp-multi") != bool(k):
+        raise SpecError("cli-usage", f"--drafter takes {', '.join(n for n in DRAFTERS if n != 'mtp-multi')} or "
+                                     f"mtp-multi:K, got {text!r}")
+    reach = DRAFTERS[name] if name != "mtp-multi" else _ints(k, "--drafter mtp-multi", "K", (1,))[0]
+    eagle = any(gr.eagle for gr in g.groups)
+    if reach and not eagle:
+        raise SpecError("draft-reach", f"--drafter {text} drafts with the EAGLE drop: flag the group it shortens "
+                                       f"(--group KIND:BLOCK:eagle)")
+    if not reach and eagle:
+        raise SpecError("draft-reach", f"--drafter {text} takes neither the EAGLE drop nor lookahead hashes: drop the "
+                                       f":eagle flag (its draft KV group is a plain attention group)")
+    return attrs.evolve(g, draft_reach=max(1, reach or 1))
+
+
 def _geometry(args: argparse.Namespace) -> Geometry:
+    return _apply_drafter(args, _geometry_of_flags(args))
+
+
+def _geometry_of_flags(args: argparse.Namespace) -> Geometry:
     if getattr(args, "from_vllm", None):
         return _geometry_from_vllm(args)
     interleave, pcp = args.interleave, args.pcp
@@ -354,6 +383,15 @@ def format_lookup(scenario: Scenario, outcome: Outcome, d: dict[str, Any]) -> li
     return out
 
 
+def _format_reach(scenario: Scenario) -> str:
+    """Return ' drafter reach K (λ = …)' when the drafter reads more than one token ahead (multi-module MTP)."""
+    from kvspec.spec.rules import compute_lookahead
+    g = scenario.geometry
+    if g.draft_reach == 1:
+        return ""
+    return f"  drafter reach {g.draft_reach} (λ = {compute_lookahead(get_rules(scenario.rules), g)})"
+
+
 def format_fleet(scenario: Scenario) -> list[str]:
     """Return a line per stored request whose writer ran another rule set (a mixed fleet): its λ, and whether the
     reader can name its objects."""
@@ -378,7 +416,7 @@ def format_table(scenario: Scenario, outcome: Outcome) -> str:
         return format_compact_table(scenario, outcome, d)
     geo = d["geometry"]
     out = [f"geometry: D={geo['dcp']} u={geo['unit']} L={geo['lcm_span']} fine={geo['fine']} "
-           f"a={geo['alignment']} retention={geo['retention']}  rules: {scenario.rules}"]
+           f"a={geo['alignment']} retention={geo['retention']}  rules: {scenario.rules}{_format_reach(scenario)}"]
     out.extend(format_fleet(scenario))
     out.append("  group  kind       block  span   eagle  stored boundaries (present in E)")
     for g in geo["groups"]:
@@ -409,7 +447,7 @@ def format_compact_table(scenario: Scenario, outcome: Outcome, d: dict[str, Any]
     """Return the readable explanation of a scenario past the explicit limit: E and the plan as runs."""
     geo = d["geometry"]
     out = [f"geometry: D={geo['dcp']} u={geo['unit']} L={geo['lcm_span']} fine={geo['fine']} "
-           f"a={geo['alignment']} retention={geo['retention']}  rules: {scenario.rules}",
+           f"a={geo['alignment']} retention={geo['retention']}  rules: {scenario.rules}{_format_reach(scenario)}",
            f"past the explicit limit ({MAX_SHARDS} rank shards): E and the load plan as runs (--explicit lists them)"]
     out.extend(format_fleet(scenario))
     out.append("  group  kind       block  span   eagle  stored boundaries (present in E)")
@@ -484,7 +522,7 @@ def _fails_check(result: dict[str, Any]) -> bool:
                                               for e in result["load"])
 
 
-_SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "interleave", "pcp", "stored_prompt", "stored",
+_SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "interleave", "pcp", "drafter", "stored_prompt", "stored",
                    "evict", "prompt", "shared", "stored_json", "rules", "legacy_tail_key", "from_vllm", "chunk_budget",
                    "no_chunked_prefill", "checkpoint_alignment", "long_prefill_threshold", "stop_every")
 
@@ -659,6 +697,10 @@ def _add_geometry_args(parser: argparse.ArgumentParser) -> None:
     geo.add_argument("--group", action="append", default=[], metavar="KIND:BLOCK[:eagle]",
                      help="a KV-cache group in id order: kind attention|mamba (aliases mla; gdn, kda, linear), "
                           "per-rank block size in tokens, :eagle for the EAGLE-drop group (repeatable)")
+    geo.add_argument("--drafter", metavar="KIND",
+                     help="the speculative drafter: eagle, eagle3, mtp (its KV at p reads token p + 1), mtp-multi:K "
+                          "(K modules: p + K; vLLM 0.34.0 hashes K tokens ahead), dspark, dflash, none (no drop, no "
+                          "lookahead); default from the groups' :eagle flag")
     geo.add_argument("--unit", type=int, metavar="U", help="prefix-match unit u in tokens (default 1)")
     geo.add_argument("--dcp", type=int, metavar="D", help="decode context parallel size (default 1)")
     geo.add_argument("--retention", choices=["replay", "dense"],

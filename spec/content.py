@@ -22,7 +22,7 @@ from .store import Obj
 from .types import GroupId
 
 KIND_ATTENTION, KIND_DRAFT, KIND_MAMBA = 0, 1, 2  # what a loaded byte is, as an integer (a Z3 theorem ranges over it)
-DRAFT_REACH = 1  # tokens past p that an EAGLE drafter's KV at p depends on (the next one)
+DRAFT_REACH = 1  # tokens past p that an EAGLE drafter's KV at p depends on (the next one; Geometry.draft_reach: K for MTP)
 
 
 def compute_dependency_end_of(ops: Any, kind: Any, position: Any, reach: Any) -> Any:
@@ -31,11 +31,11 @@ def compute_dependency_end_of(ops: Any, kind: Any, position: Any, reach: Any) ->
 
 
 def compute_dependency_end(geometry: Geometry, group: GroupId, position: int) -> int:
-    """Return the end of what group g's bytes at position p depend on: p + 1 (attention), p + 1 + DRAFT_REACH (an
-    EAGLE-flagged draft group), p (a Mamba state after p tokens)."""
+    """Return the end of what group g's bytes at position p depend on: p + 1 (attention), p + 1 + the drafter's reach
+    (an EAGLE-flagged draft group: DRAFT_REACH = 1 for EAGLE, K for K-module MTP), p (a Mamba state after p tokens)."""
     g = geometry.groups[group]
     kind = KIND_MAMBA if g.kind == "mamba" else KIND_DRAFT if g.eagle else KIND_ATTENTION
-    return int(compute_dependency_end_of(IntOps, kind, position, DRAFT_REACH))
+    return int(compute_dependency_end_of(IntOps, kind, position, geometry.draft_reach))
 
 
 def compute_first_writers(scenario: Scenario) -> dict[Obj, int]:

@@ -43,6 +43,8 @@ RULE_GROUPS = "groups-nonempty"
 RULE_RETENTION = "retention"
 RULE_INT = "integer-field"
 RULE_EAGLE_KIND = "eagle-attention"
+RULE_DRAFT_REACH = "draft-reach"
+MAX_DRAFT_REACH = 64  # tokens past a position an EAGLE-family drafter's KV reads (K modules of multi-module MTP)
 
 
 def _is_int(x: object) -> bool:
@@ -125,6 +127,9 @@ class Geometry:
     groups: tuple[Group, ...] = attrs.field(converter=_to_groups)
     parallel: Parallel = attrs.field(factory=Parallel)
     retention: str = attrs.field(default="replay")
+    # tokens past p the EAGLE-family drafter's KV at p reads: 1 (EAGLE, EAGLE3, MTP), K (multi-module MTP: vLLM's
+    # num_speculative_tokens); only with an EAGLE-flagged group
+    draft_reach: int = attrs.field(default=1, validator=_int_field(RULE_DRAFT_REACH, MAX_DRAFT_REACH, RULE_DRAFT_REACH))
 
     @groups.validator
     def _check_groups(self, attribute: attrs.Attribute, value: tuple[Group, ...]) -> None:  # type: ignore[type-arg]
@@ -144,6 +149,8 @@ class Geometry:
             if g.block_size % self.unit != 0:
                 raise SpecError(RULE_UNIT_DIVIDES,
                                 f"unit {self.unit} does not divide block size {g.block_size} of group {gid}")
+        require(self.draft_reach == 1 or any(g.eagle for g in self.groups), RULE_DRAFT_REACH,
+                f"draft reach {self.draft_reach} names an EAGLE-family drafter: flag its group (KIND:BLOCK:eagle)")
         kinds = {g.kind for g in self.groups}
         p = self.parallel
         require(not (p.pcp > 1 and len(kinds) > 1), RULE_PCP_HYBRID,
@@ -230,7 +237,7 @@ def compute_group_ids(geometry: Geometry, kind: str) -> tuple[GroupId, ...]:
 
 # ---------------------------------------------------------------- JSON (the one geometry codec)
 
-GEOMETRY_KEYS = ("unit", "dcp", "interleave", "pcp", "retention", "groups")  # a geometry's input fields
+GEOMETRY_KEYS = ("unit", "dcp", "interleave", "pcp", "retention", "groups", "draft_reach")  # a geometry's input fields
 
 
 def encode_geometry_input(geometry: Geometry) -> dict[str, Any]:
@@ -238,7 +245,8 @@ def encode_geometry_input(geometry: Geometry) -> dict[str, Any]:
     p = geometry.parallel
     return {"unit": geometry.unit, "dcp": p.dcp, "interleave": p.interleave, "pcp": p.pcp,
             "retention": geometry.retention,
-            "groups": [{"kind": gr.kind, "block_size": gr.block_size, "eagle": gr.eagle} for gr in geometry.groups]}
+            "groups": [{"kind": gr.kind, "block_size": gr.block_size, "eagle": gr.eagle} for gr in geometry.groups],
+            **({"draft_reach": geometry.draft_reach} if geometry.draft_reach != 1 else {})}
 
 
 def decode_geometry_input(raw: Mapping[str, Any]) -> Geometry:
@@ -254,4 +262,4 @@ def decode_geometry_input(raw: Mapping[str, Any]) -> Geometry:
                             eagle=gr.get("eagle", False)))
     return Geometry(unit=raw.get("unit", 1), groups=tuple(groups),
                     parallel=Parallel(dcp=raw.get("dcp", 1), interleave=raw.get("interleave", 1), pcp=raw.get("pcp", 1)),
-                    retention=raw.get("retention", "replay"))
+                    retention=raw.get("retention", "replay"), draft_reach=raw.get("draft_reach", 1))

@@ -188,22 +188,28 @@ def get_rules(name: str) -> RuleSet:
 
 
 def compute_lookahead(rules: RuleSet, geometry: Geometry) -> int:
-    """Return λ of a rule set on a geometry: rules.lookahead where its scope applies (every geometry, or one with an
-    EAGLE-family drafter), else 0."""
-    if rules.lookahead_scope == LOOKAHEAD_ALWAYS or (has_eagle(geometry) and (
-            rules.lookahead_scope != LOOKAHEAD_DRAFTER_NO_MAMBA or all(g.kind != "mamba" for g in geometry.groups))):
-        return rules.lookahead
-    return 0
+    """Return λ of a rule set on a geometry: 0 for a rule set without lookahead; with an EAGLE-family drafter its reach
+    (1 for EAGLE, EAGLE3, MTP; K for K-module MTP: vLLM's num_prefill_lookahead_tokens) under every or the drafter
+    scope, rules.lookahead (SGLang's one-token bigram) without Mamba under the bigram scope; without a drafter
+    rules.lookahead under every scope, else 0."""
+    eagle = has_eagle(geometry)
+    if rules.lookahead == 0:
+        return 0
+    if rules.lookahead_scope == LOOKAHEAD_DRAFTER_NO_MAMBA:
+        return rules.lookahead if eagle and all(g.kind != "mamba" for g in geometry.groups) else 0
+    if eagle:
+        return max(rules.lookahead, geometry.draft_reach)
+    return rules.lookahead if rules.lookahead_scope == LOOKAHEAD_ALWAYS else 0
 
 
 @functools.lru_cache(maxsize=4096)  # pure over frozen values: one geometry per (rule set, geometry)
 def compute_rule_geometry(rules: RuleSet, geometry: Geometry) -> Geometry:
     """Return the geometry a rule set's store rule and lookup run on: with hash lookahead (λ > 0) or a rule set without
-    the EAGLE drop no group takes the drop (the hash covers the drafter's next token), so the EAGLE flags are
-    cleared; else the geometry."""
+    the EAGLE drop no group takes the drop (the hash covers the drafter's next token), so the EAGLE flags (and the
+    drafter's reach, already in λ) are cleared; else the geometry."""
     if not any(g.eagle for g in geometry.groups) or (rules.eagle_drop and compute_lookahead(rules, geometry) == 0):
         return geometry
-    return attrs.evolve(geometry, groups=tuple(attrs.evolve(g, eagle=False) for g in geometry.groups))
+    return attrs.evolve(geometry, groups=tuple(attrs.evolve(g, eagle=False) for g in geometry.groups), draft_reach=1)
 
 
 def compute_lineage(rules: RuleSet) -> tuple[RuleSet, ...]:

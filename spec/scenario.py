@@ -16,6 +16,7 @@ from .boundaries import Objects, compute_objects_union
 from .errors import SpecError, require
 from .failure import compute_retry_cap, compute_safe_boundary
 from .geometry import (
+    GEOMETRY_KEYS,
     Geometry,
     compute_alignment,
     compute_lcm_span,
@@ -370,8 +371,8 @@ def encode_error(err: SpecError) -> dict[str, Any]:
             "load": [], "error": {"rule": err.rule, "message": err.message}}
 
 
-_SCENARIO_KEYS = {"dcp", "unit", "groups", "retention", "stored_prompt", "stored", "prompt", "shared", "legacy",
-                  "interleave", "pcp", "rules", "requests", "evicted", "schedule"}
+_SCENARIO_KEYS = {*GEOMETRY_KEYS, "stored_prompt", "stored", "prompt", "shared", "legacy", "rules", "requests",
+                  "evicted", "schedule"}
 _SCHEDULE_KEYS = {"budget", "chunked", "checkpoint_alignment", "long_prefill_threshold", "stop_every", "ends",
                   "starts", "junctions"}
 
