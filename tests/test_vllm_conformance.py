@@ -393,3 +393,42 @@ def test_lifecycle_comparison_can_fail(v, rules):
         bad["stored"] += block.stored != theirs.stored
         bad["hit"] += block.hit != theirs.hit
     assert bad["stored"] > 0 and bad["hit"] > 0, bad
+
+
+@pytest.mark.parametrize("method, modules", [("eagle", 1), ("eagle3", 1), ("mtp", 1), ("mtp", 2), ("mtp", 3),
+                                             ("dspark", 1), ("dflash", 1)])
+def test_lookahead_of_every_drafter_kind_is_vllms(v, rules, method, modules):
+    """λ per drafter kind from the release's own code: SpeculativeConfig's use_eagle_block_drop (bound to a stand-in),
+    the speculator config class vLLM picks (an MTP draft of K modules drafting K tokens specializes to
+    MultiModuleMTPSpeculatorConfig: λ = num_speculative_tokens),
+    VllmConfig.num_prefill_lookahead_tokens and _resolve_num_hash_lookahead_tokens — equal to kvspec's
+    compute_lookahead for the geometry `--drafter` gives (0.33.0 keeps the legacy hashes: 0 for every kind)."""
+    import types
+
+    from kvspec.checks.vllm_oracle import _vllm_config
+    from kvspec.spec.rules import compute_lookahead, get_rules
+    eagle = method in ("eagle", "eagle3", "mtp")
+    g = get_preset("kimi-k3-dcp8")
+    g = attrs.evolve(g, groups=tuple(attrs.evolve(x, eagle=x.eagle and eagle) for x in g.groups),
+                     draft_reach=modules if eagle else 1)
+    want = compute_lookahead(get_rules(rules), g)
+    if not v.release.resolves_hash_lookahead:
+        assert want == 0
+        return
+    from vllm.config.speculative import SpeculativeConfig
+    from vllm.config.vllm import VllmConfig
+    from vllm.v1.worker.gpu.spec_decode.speculator_config import get_speculator_config_class
+    # an MTP draft checkpoint with `modules` modules (hf_config.n_predict) drafting as many tokens
+    draft = types.SimpleNamespace(speculator_config_class=None,
+                                  hf_config=types.SimpleNamespace(model_type="deepseek_mtp", n_predict=modules))
+    spec = types.SimpleNamespace(method=method, custom_method=None, num_speculative_tokens=modules,
+                                 disable_eagle_block_drop=False, disable_lookahead_block_hashes=False,
+                                 index_share_for_mtp_iteration=None, draft_model_config=draft)
+    for name in ("use_eagle", "needs_eagle_block_drop", "use_eagle_block_drop", "use_dflash", "use_dspark",
+                 "num_mtp_modules", "use_multi_module_mtp"):
+        setattr(spec, name, types.MethodType(getattr(SpeculativeConfig, name), spec))
+    spec.speculator_config = get_speculator_config_class(spec)(spec)
+    cfg = _vllm_config(v, g, eagle=False)  # the connector and cache stand-in; the speculative config is vLLM's here
+    cfg.speculative_config = spec
+    cfg.num_prefill_lookahead_tokens = VllmConfig.num_prefill_lookahead_tokens.fget(cfg)
+    assert VllmConfig._resolve_num_hash_lookahead_tokens(cfg) == want == (modules if eagle else 0)
