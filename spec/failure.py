@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
+
 from .geometry import Geometry, compute_alignment, compute_group_ids
 from .lookup import ObjSet, compute_group_present
 from .plan import LoadEntry
@@ -63,3 +65,48 @@ def compute_retry_cap(failed_loads: int, safe: Tokens, max_retries: int = DEFAUL
     if failed_loads <= 0:
         return None
     return Tokens(0) if failed_loads > max_retries else safe
+
+
+@attrs.frozen(kw_only=True)
+class Breaker:
+    """vLLM 0.34.0's lookup deadline and circuit breaker (Mooncake store lookup client): a lookup unanswered within
+    `deadline_s` counts as a failure and answers hit 0; after `threshold` consecutive failures new lookups are skipped
+    (hit 0, nothing asked) for `cooldown_s`; then one probe runs and the others are held for `deadline_s`."""
+
+    deadline_s: float = 1.0  # kv_connector_extra_config lookup_timeout_s
+    threshold: int = 3  # LOOKUP_BREAKER_FAILURE_THRESHOLD
+    cooldown_s: float = 30.0  # LOOKUP_BREAKER_COOLDOWN_S
+
+
+@attrs.frozen(kw_only=True)
+class LookupCall:
+    """One lookup: when it starts, how long the store takes to answer it, and whether the answer is an error."""
+
+    start_s: float
+    answer_s: float  # seconds until the store answers (past the deadline: a timeout)
+    error: bool = False
+
+
+def compute_lookup_hits(calls: Sequence[LookupCall], hit: Sequence[int], breaker: Breaker = Breaker()) -> tuple[int, ...]:
+    """Return each lookup's hit: its own (`hit`) when the breaker lets it run and the store answers without error
+    within the deadline, else 0 — a hit of 0 loads nothing, so the failure closure has nothing to undo. The breaker:
+    consecutive failures f, open until o; a lookup at t is skipped while t < o; one that runs with f >= threshold
+    holds the others until t + deadline (it is the probe); an answer resets f and o; a failure (a timeout at
+    t + deadline, or an error) adds one to f and, at the threshold, opens the breaker until then + cooldown."""
+    failures, open_until, out = 0, 0.0, []
+    for call, own in zip(calls, hit, strict=True):
+        t = call.start_s
+        if t < open_until:
+            out.append(0)
+            continue
+        if failures >= breaker.threshold:
+            open_until = t + breaker.deadline_s
+        if call.answer_s <= breaker.deadline_s and not call.error:
+            failures, open_until = 0, 0.0
+            out.append(own)
+            continue
+        failures += 1
+        if failures >= breaker.threshold:
+            open_until = t + min(call.answer_s, breaker.deadline_s) + breaker.cooldown_s
+        out.append(0)
+    return tuple(out)

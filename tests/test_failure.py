@@ -109,3 +109,17 @@ def test_retry_is_the_rule_sets_own_capped_lookup():
     assert (w.safe, w.retry_hit) == (1, 1)
     assert compute_lookup(g, out.present, 3, cap=w.safe).hit_length == 0  # what the raw geometry's drop would give
     assert not compute_failure_violations(sc, out, ok)
+
+
+def test_lookup_deadline_and_breaker():
+    """vLLM 0.34.0's lookup deadline and breaker, stated (spec/failure.py; its own code agrees in
+    tests/test_vllm_conformance.py): three timeouts open the breaker — the next lookups within 30 s answer 0 without
+    asking — then one probe runs; its answer closes the breaker."""
+    from kvspec.spec.failure import Breaker, LookupCall, compute_lookup_hits
+    slow, fast = 1.5, 0.1
+    calls = [LookupCall(start_s=t, answer_s=a) for t, a in
+             ((0, slow), (2, slow), (4, slow), (6, fast), (20, fast), (36, fast), (38, fast))]
+    assert compute_lookup_hits(calls, [7] * 7) == (0, 0, 0, 0, 0, 7, 7)
+    err = [LookupCall(start_s=0, answer_s=fast, error=True), LookupCall(start_s=2, answer_s=fast)]
+    assert compute_lookup_hits(err, [5, 5]) == (0, 5)  # an error is a failure; a success resets the count
+    assert compute_lookup_hits(calls[:4], [7] * 4, Breaker(threshold=4)) == (0, 0, 0, 7)

@@ -432,3 +432,71 @@ def test_lookahead_of_every_drafter_kind_is_vllms(v, rules, method, modules):
     cfg.speculative_config = spec
     cfg.num_prefill_lookahead_tokens = VllmConfig.num_prefill_lookahead_tokens.fget(cfg)
     assert VllmConfig._resolve_num_hash_lookahead_tokens(cfg) == want == (modules if eagle else 0)
+
+
+def test_lookup_deadline_and_breaker_are_vllms(v):
+    """The lookup deadline and circuit breaker (spec/failure.py compute_lookup_hits) against the release's own
+    LookupKeyClient.lookup and CircuitBreaker on a scripted clock: 400 random sequences of lookups (answers within or
+    past the 1 s deadline, store errors, gaps short and long against the 30 s cooldown), the hit vLLM returns for each
+    equal to kvspec's (its own hit, or 0 when timed out, failed or skipped by the open breaker)."""
+    import types
+
+    wmod = pytest.importorskip("vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.worker")
+    if not hasattr(wmod, "LOOKUP_BREAKER_COOLDOWN_S"):
+        pytest.skip(f"vLLM {v.release.version} has no lookup deadline")  # 0.33.0: a lookup waits for its answer
+    from vllm.distributed.kv_transfer.kv_connector import utils as umod
+    from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.data import MooncakeLookupResult
+
+    from kvspec.spec.failure import Breaker, LookupCall, compute_lookup_hits
+    clock = types.SimpleNamespace(t=0.0)
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock.t)
+
+    class Scripted:  # the store's answer to the lookup just submitted: after answer_s, a hit or an error
+        def __init__(self, call: LookupCall, hit: int) -> None:
+            self.call, self.hit, self.callbacks = call, hit, []
+
+        def add_done_callback(self, fn):
+            self.callbacks.append(fn)
+
+        def done(self):
+            return False
+
+        def cancel(self):
+            return False  # it started: the single-worker executor runs it at once
+
+        def result(self, timeout):
+            if self.call.answer_s > timeout:
+                clock.t += timeout
+                raise TimeoutError("Mooncake lookup timed out")
+            clock.t += self.call.answer_s
+            for fn in self.callbacks:
+                fn(self)
+            if self.call.error:
+                raise RuntimeError("store error")
+            return MooncakeLookupResult(self.hit)
+
+    rng = random.Random(11)
+    breaker = Breaker(deadline_s=1.0, threshold=wmod.LOOKUP_BREAKER_FAILURE_THRESHOLD,
+                      cooldown_s=wmod.LOOKUP_BREAKER_COOLDOWN_S)
+    old = (wmod.time, umod.time)
+    wmod.time, umod.time = fake_time, fake_time
+    try:
+        for _ in range(400):
+            clock.t, start, calls, hits = 0.0, 0.0, [], []
+            for _ in range(rng.randint(1, 12)):
+                start += breaker.deadline_s + rng.choice([0.0, 0.5, 5.0, 29.0, 31.0, 60.0]) * rng.random()
+                calls.append(LookupCall(start_s=start, answer_s=rng.choice([0.01, 0.4, 0.99, 1.5, 3.0]),
+                                        error=rng.random() < 0.2))
+                hits.append(rng.choice([0, 128, 4096]))
+            client = object.__new__(wmod.LookupKeyClient)
+            client._lookup_timeout_s, client._lookups, client._lookup_ttl_s = breaker.deadline_s, {}, 2.0
+            client.circuit_breaker = umod.CircuitBreaker("Mooncake lookup", breaker.cooldown_s, breaker.threshold,
+                                                         probe_window_s=breaker.deadline_s)
+            got = []
+            for k, (call, hit) in enumerate(zip(calls, hits)):
+                clock.t = call.start_s
+                client.executor = types.SimpleNamespace(submit=lambda fn, *a, c=call, h=hit: Scripted(c, h))
+                got.append(client.lookup(f"r{k}", 100, [bytes([k]) * 32]).hit_length)
+            assert tuple(got) == compute_lookup_hits(calls, hits, breaker), (calls, hits, got)
+    finally:
+        wmod.time, umod.time = old
