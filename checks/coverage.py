@@ -2,8 +2,8 @@
 
 A **class** is (DCP size D, interleave I > 1?, PCP > 1?, drafter, group mix) — the axes on which an
 engine's arithmetic changes. ``CLASSES`` lists every class the spec accepts; a rule set may refuse some
-(vLLM 0.33.0 wants u = the span of a lone group, so a lone attention group under DCP > 1 has no
-scenario there) and ``compute_class_scenarios`` says so instead of inventing one. The generator draws
+(SGLang's whole pages and DCP limits) and ``compute_class_scenarios`` says so instead of inventing one.
+The generator draws
 u up to 1024, per-rank block sizes up to 4096 with several groups, both Mamba retentions, prompts
 from a few units up to 10⁶ tokens (as far as the spec's limits allow for the geometry), shared prefixes,
 lookups longer than what was stored, and evictions from a single rank.

@@ -174,11 +174,6 @@ def compute_geometry_from_vllm(config: Mapping[str, Any], kinds: tuple[GroupKind
             f"scaled by DCP) must be divisible by it (resolve_kv_cache_block_sizes)")
     if len(groups) == 1:
         check_single_group_unit(unit, spans[0])
-    for g in groups:
-        require(g.block_size % unit == 0, "unit-divides-block",
-                f"vLLM accepts prefix_match_unit={unit} (it divides every span), but kvspec's geometry needs it to divide "
-                f"each group's per-rank block too, and {g.kind} block_size={g.block_size} is not a multiple: a known "
-                "gap of the spec (spec/README.md)")
     geometry = Geometry(unit=unit, groups=tuple(groups), parallel=Parallel(dcp=dcp, interleave=interleave, pcp=pcp),
                         retention=retention)
     check_config(get_rules("vllm-0.33.0"), geometry)

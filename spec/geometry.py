@@ -32,7 +32,7 @@ from .types import KIND_ALIASES, KINDS, RETENTIONS, GroupId, Rank, Tokens
 RULE_KIND = "group-kind"
 RULE_BLOCK = "block-size-positive"
 RULE_UNIT = "unit-positive"
-RULE_UNIT_DIVIDES = "unit-divides-block"
+RULE_UNIT_DIVIDES = "unit-divides-span"
 RULE_DCP = "dcp-positive"
 RULE_PCP = "pcp-positive"
 RULE_PCP_HYBRID = "pcp-single-kind"
@@ -145,10 +145,12 @@ class Geometry:
                 f"unknown retention {value!r} (known: {', '.join(RETENTIONS)})")
 
     def __attrs_post_init__(self) -> None:
-        for gid, g in enumerate(self.groups):
-            if g.block_size % self.unit != 0:
+        for gid, g in enumerate(self.groups):  # what vLLM asks (resolve_kv_cache_block_sizes): u divides every span
+            span = g.block_size * self.parallel.dcp if g.kind == "attention" else g.block_size
+            if span % self.unit != 0:
                 raise SpecError(RULE_UNIT_DIVIDES,
-                                f"unit {self.unit} does not divide block size {g.block_size} of group {gid}")
+                                f"unit {self.unit} does not divide the span {span} of group {gid} (block size "
+                                f"{g.block_size}{f' × DCP {self.parallel.dcp}' if span != g.block_size else ''})")
         require(self.draft_reach == 1 or any(g.eagle for g in self.groups), RULE_DRAFT_REACH,
                 f"draft reach {self.draft_reach} names an EAGLE-family drafter: flag its group (KIND:BLOCK:eagle)")
         kinds = {g.kind for g in self.groups}

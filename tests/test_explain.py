@@ -103,7 +103,7 @@ def test_stored_json(tmp_path, capsys):
     (["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "15000", "--prompt", "0"], "scenario"),
     (["explain", "--preset", "kimi-k3-dcp8", "--stored-prompt", "15000"], "scenario"),
     (["explain", "--group", "mamba:1000", "--unit", "128", "--stored-prompt", "5", "--prompt", "5"],
-     "unit-divides-block"),
+     "unit-divides-span"),
     (["explain", "--group", "lstm:4", "--stored-prompt", "5", "--prompt", "5"], "group-kind"),
     (["explain", "--group", "mamba", "--stored-prompt", "5", "--prompt", "5"], "group-syntax"),
     (["explain", "--group", "attention:4", "--group", "mamba:4", "--dcp", "0", "--stored-prompt", "5",
@@ -155,7 +155,7 @@ def test_scenarios_file_in_order_with_errors_and_fast(tmp_path):
     elapsed = time.perf_counter() - t0
     res = [json.loads(x) for x in p.stdout.splitlines()]
     assert len(res) == 3000
-    assert res[7]["error"]["rule"] == "scenario-json" and res[8]["error"]["rule"] == "unit-divides-block"
+    assert res[7]["error"]["rule"] == "scenario-json" and res[8]["error"]["rule"] == "unit-divides-span"
     assert res[2000]["error"] is None and res[2000]["geometry"]["dcp"] == 8
     print(f"3000 scenarios in {elapsed:.2f} s")
     assert elapsed < 30  # generous bound for a loaded CI box; the measured rate is printed

@@ -31,9 +31,12 @@ def rule_of(fn) -> str:
     return ei.value.rule
 
 
-def test_rule_unit_divides_block():
+def test_rule_unit_divides_span():
+    """u divides every group's span (b·D for attention, b for Mamba), as vLLM asks; not necessarily b."""
     assert rule_of(lambda: make_geometry(128, [("attention", 1536, False), ("mamba", 1000, False)], 8)) \
-        == "unit-divides-block"
+        == "unit-divides-span"
+    assert make_geometry(32, [("attention", 16, False)], dcp=2).unit == 32  # b·D = 32 hashes every 32 tokens
+    assert rule_of(lambda: make_geometry(32, [("attention", 16, False)], dcp=1)) == "unit-divides-span"
 
 
 def test_rule_dcp_positive():

@@ -120,15 +120,11 @@ def test_refusals_match_vllms_reasons(v, rules):
             Scenario(geometry=g, prompt=40, stored=(), rules=rules)
         assert ei.value.rule == "vllm-prefix-match-unit"
         Scenario(geometry=g, prompt=40, stored=(), rules="pr53324")  # the PR's rule set accepts it
-    # Known gap (spec/README.md): with DCP, vLLM's unit need only divide the span b·D, kvspec's must divide b.
-    # A lone attention group under DCP 2 hashes every b·D = 32 tokens in vLLM; kvspec refuses u = 32 > b = 16.
-    from types import SimpleNamespace
-    lone = SimpleNamespace(unit=32, groups=(SimpleNamespace(kind="attention", block_size=16, eagle=False),),
-                           parallel=SimpleNamespace(dcp=2, pcp=1), retention="replay")
+    # With DCP, vLLM's unit need only divide the span b·D: a lone attention group under DCP 2 with b = 16 hashes every
+    # 32 tokens, and kvspec accepts it too (it required u | b until session 19)
+    lone = make_geometry(32, [("attention", 16, False)], dcp=2)
     assert Engine(lone, v).lcm == 32
-    with pytest.raises(SpecError) as ei:
-        make_geometry(32, [("attention", 16, False)], dcp=2)
-    assert ei.value.rule == "unit-divides-block"
+    Scenario(geometry=lone, prompt=40, stored=(), rules=rules)
 
 
 def test_vllm_key_grammar_renders_as_vllm(v):
@@ -175,15 +171,15 @@ def test_vllm_as_an_engine_adapter(v, rules):
 
 
 def test_from_vllm_mapping_agrees_with_vllms_resolution(v):
-    """--from-vllm accepts a configuration iff vLLM's resolve_kv_cache_block_sizes does (but for kvspec's named
-    gap), with vLLM's scheduler block L and hash unit u."""
+    """--from-vllm accepts a configuration iff vLLM's resolve_kv_cache_block_sizes does, with vLLM's scheduler block L
+    and hash unit u (units dividing b·D but not b included)."""
     from types import SimpleNamespace
 
     from kvspec.checks.vllm_config import compute_geometry_from_vllm
     from kvspec.checks.vllm_oracle import Engine, Refused
     from kvspec.spec.errors import SpecError
     from kvspec.spec.geometry import compute_lcm_span
-    seen = {"agree": 0, "gap": 0, "refused": 0}
+    seen = {"agree": 0, "refused": 0, "unit past the block": 0}
     for kinds in (["attention"], ["attention", "mamba"], ["attention", "attention", "mamba"]):
         for block, mamba, dcp, unit in ((b, m, d, u) for b in (4, 8, 16) for m in (4, 8, 24) for d in (1, 2, 4)
                                         for u in (None, 2, 4, 8, 12, 16, 32)):
@@ -200,16 +196,13 @@ def test_from_vllm_mapping_agrees_with_vllms_resolution(v):
             try:
                 g = compute_geometry_from_vllm(cfg).geometry
             except SpecError as exc:
-                if exc.rule == "unit-divides-block":  # kvspec's named gap: vLLM accepts, kvspec cannot model it
-                    assert eng is not None and "known gap" in str(exc), cfg
-                    seen["gap"] += 1
-                else:
-                    assert eng is None, (cfg, str(exc))
-                    seen["refused"] += 1
+                assert eng is None, (cfg, str(exc))
+                seen["refused"] += 1
                 continue
             assert eng is not None, cfg
             assert (eng.lcm, eng.unit) == (compute_lcm_span(g), g.unit), cfg
             seen["agree"] += 1
+            seen["unit past the block"] += any(x.block_size % g.unit for x in g.groups)
     assert min(seen.values()) > 20, seen
 
 
@@ -500,3 +493,32 @@ def test_lookup_deadline_and_breaker_are_vllms(v):
             assert tuple(got) == compute_lookup_hits(calls, hits, breaker), (calls, hits, got)
     finally:
         wmod.time, umod.time = old
+
+
+def test_units_past_the_per_rank_block_are_vllms(v, rules):
+    """u dividing the span b·D but not the per-rank block b (what vLLM accepts under DCP): kvspec's stored objects,
+    hit, tails and every rank's load keys equal the release's own code on 300 generated scenarios (lone attention
+    groups with u = b·D, hybrids with u = 2b or b·D, EAGLE, both retentions, shared prefixes)."""
+    from kvspec.checks.conform import Case, compare_case
+    from kvspec.spec.errors import SpecError
+    from kvspec.spec.geometry import Geometry, Group, Parallel
+    rng = random.Random(21)
+    n = 0
+    while n < 300:
+        d, b = rng.choice([2, 4, 8]), rng.choice([2, 4, 8, 16])
+        u = b * rng.choice([k for k in (2, 4, 8) if d % k == 0])
+        groups = [Group(kind="attention", block_size=b, eagle=rng.random() < 0.3)]
+        if rng.random() < 0.7:
+            groups.append(Group(kind="mamba", block_size=u * rng.choice([1, 2, 3])))
+        try:
+            g = Geometry(unit=u, groups=tuple(groups), parallel=Parallel(dcp=d),
+                         retention=rng.choice(["replay", "dense"]))
+            p = rng.randint(1, 8 * u)
+            nn = rng.choice([p, rng.randint(1, 8 * u)])
+            sc = Scenario(geometry=g, prompt=nn, stored=(StoredRequest(prompt=p, shared=rng.randint(0, min(p, nn))),),
+                          rules=rules)
+        except SpecError:
+            continue  # vLLM refuses a lone group unless u is its span (checked in test_refusals_match_vllms_reasons)
+        res = compare_case(Case(scenario=sc, geometry_args={}, spec_error=None), v)
+        assert all(res.values()), (res, sc)
+        n += 1
