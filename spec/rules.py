@@ -144,8 +144,10 @@ RULE_SETS: dict[str, RuleSet] = {
                   where="mem_cache/radix_cache.py: RadixKey.page_aligned; hicache_storage.py: HiCacheStorageConfig; "
                         "runtime_context.py: mamba_checkpoint_grid"),
             Delta(what="store: every whole page of the inserted tokens (no partial page, no sub-page tail); one Mamba "
-                       "state per request, at the last grid point its tokens reached, keyed by that page's hash",
-                  where="unified_tree_core.py: build_storage_backup_spec; cache_controller.py: _page_backup; "
+                       "state per request, at the last grid point its tokens reached, keyed by that page's hash; with a "
+                       "Mamba pool the insert ends at that state (no state: nothing inserted)",
+                  where="unified_radix_cache.py: checkpoint_into_tree (the components' smallest length); "
+                        "unified_tree_core.py: build_storage_backup_spec; cache_controller.py: _page_backup; "
                         "components/mamba.py: MambaComponent.build_hicache_transfers (TRAILING_PAGES, keys "
                         "[node.hash_value[-1]]); prepare_for_caching_req (mamba_last_track_seqlen)"),
             Delta(what="lookup: the largest page count, below the prompt's last token, whose KV pages all exist and "

@@ -251,11 +251,15 @@ def compute_store_boundaries_vllm(geometry: Geometry, prompt: Tokens, lookahead:
 
 
 def compute_store_objects_sglang(geometry: Geometry, prompt: Tokens, lookahead: int = 0) -> Objects:
-    """Return the objects one request of P tokens stores under SGLang 0.5.23's HiCache L3: every whole page (the
-    attention span s) up to the hashed length ⌊(P − λ)/u⌋·u, and per Mamba group the one state at ⌊that/b⌋·b (> 0)."""
+    """Return the objects one request of P tokens stores under SGLang 0.5.23's HiCache L3: the radix tree inserts
+    H = ⌊(P − λ)/u⌋·u tokens cut to the smallest Mamba state, E = min(H, ⌊H/b⌋·b over Mamba groups) (0: no state,
+    nothing inserted); every whole page (the attention span s) up to E, and a Mamba group's state at E when its own
+    state ⌊H/b⌋·b is E (a state past the insert's end is not kept)."""
     hashed = compute_hashed_length(geometry, prompt, lookahead)
-    return make_objects({GroupId(gid): compute_span_run(geometry, GroupId(gid), hashed) if g.kind == "attention"
-                         else make_boundaries([hashed // g.block_size * g.block_size] if hashed // g.block_size else [])
+    # checkpoint_into_tree inserts the components' smallest length; a Mamba component's is its state's
+    end = Tokens(min([hashed, *(hashed // g.block_size * g.block_size for g in geometry.groups if g.kind == "mamba")]))
+    return make_objects({GroupId(gid): compute_span_run(geometry, GroupId(gid), end) if g.kind == "attention"
+                         else make_boundaries([end] if end and hashed // g.block_size * g.block_size == end else [])
                          for gid, g in enumerate(geometry.groups)})
 
 

@@ -29,11 +29,13 @@ def kimi_like(d: int = 8, page: int = 1024, grid: int = 4096, eagle: bool = Fals
 
 
 def test_kimi_like_mla_kda_dcp():
-    """Whole pages and one KDA state at the stored request's last grid point; a hit only where both exist, on every
-    rank; every load key is a stored key (the hit is itself a stored boundary of every group)."""
+    """One KDA state at the stored request's last grid point and the whole pages up to it (the tree inserts no further:
+    checkpoint_into_tree's length is the Mamba state's); a hit only where both exist, on every rank; every load key
+    is a stored key (the hit is itself a stored boundary of every group)."""
     g = kimi_like()
     assert compute_rule_store(get_rules(SG), g, 30000) == frozenset(
-        {(0, k * 1024) for k in range(1, 30)} | {(1, 28672)})
+        {(0, k * 1024) for k in range(1, 29)} | {(1, 28672)})
+    assert compute_rule_store(get_rules(SG), g, 4000) == frozenset()  # shorter than the grid: nothing inserted
     resend = evaluate_scenario(Scenario(geometry=g, prompt=30000, stored=(StoredRequest(prompt=30000, shared=30000),),
                                         rules=SG))
     assert resend.hit_length == 28672 and dict(resend.tails) == {0: 28672, 1: 28672}
