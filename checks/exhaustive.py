@@ -152,12 +152,16 @@ class Scope:
 
 
 SCOPE_SMALL = Scope(name="small")  # EXHAUSTIVE: the registry under the PR's rules
-SCOPE_SMALL_VLLM = Scope(name="small-vllm", rules="vllm-0.33.0")  # the same under vLLM 0.33.0's rules
-SCOPE_SMALL_LOOKAHEAD = Scope(name="small-lookahead", rules="vllm-0.33.0-lookahead")  # and with hash lookahead
-SCOPE_SMALL_0_34 = Scope(name="small-0.34", rules="vllm-0.34.0")  # and under vLLM 0.34.0 (λ with a drafter only)
-SCOPE_SMALL_SGLANG = Scope(name="small-sglang", rules="sglang-0.5.23")  # its geometries SGLang runs
+
+
+def compute_registry_scope(rules: str) -> Scope:
+    """Return the small scope under a rule set (EXHAUSTIVE's row of it; a rule set's engine refusing a geometry
+    leaves it no scenario there)."""
+    return SCOPE_SMALL if rules == SCOPE_SMALL.rules else attrs.evolve(SCOPE_SMALL, name=f"small@{rules}", rules=rules)
+
+
 # the registry when the stored prefill ran under a chunk budget (spec/schedule.py): budgets from one token to a few
-# scheduler blocks, prefill checkpoint blocks on two of them (the block schedule is SCOPE_SMALL_VLLM's)
+# scheduler blocks, prefill checkpoint blocks on two of them (the block schedule is the small scope's)
 SCHEDULES = (*(Schedule(budget=b) for b in (1, 2, 3, 8, 24)),
              Schedule(budget=3, checkpoint_alignment=1), Schedule(budget=24, checkpoint_alignment=1))
 SCOPE_SCHEDULES_VLLM = Scope(name="schedules-vllm", rules="vllm-0.33.0", dcps=(1, 8), units=(1, 2), max_q=3,

@@ -27,13 +27,11 @@ from .exhaustive import (
     SCOPE_SCHEDULES_0_34,
     SCOPE_SCHEDULES_VLLM,
     SCOPE_SMALL,
-    SCOPE_SMALL_0_34,
-    SCOPE_SMALL_LOOKAHEAD,
-    SCOPE_SMALL_SGLANG,
-    SCOPE_SMALL_VLLM,
     Scope,
+    compute_registry_scope,
 )
 from .link import LINK_SCOPE, LINK_SCOPE_BEST, LINK_SCOPE_DRAFT, LINK_SCOPE_SCHEDULES, LinkScope
+from .rulesets import EXHAUSTIVE_FULL, EXHAUSTIVE_VERIFY, RULE_CHECKS
 
 Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
 FAST_THEOREMS = ("I-1/2", "I-6", "CONTENT-KEY", "CONTENT-KEY@legacy-hashes", "LEMMA-MAMBA", "I-14", "I-18", "I-20",
@@ -630,11 +628,10 @@ def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     from .mutants import MUTANTS
     from .prove import compute_theorems
     out: list[Check] = [TheoremCheck(id=t.name) for t in compute_theorems() if full or not t.full_only]
-    exhaustive: tuple[tuple[str, Scope], ...] = (("EXHAUSTIVE", SCOPE_SMALL), ("EXHAUSTIVE/vllm-0.33.0", SCOPE_SMALL_VLLM),
-                                                 ("EXHAUSTIVE/vllm-0.34.0", SCOPE_SMALL_0_34),
-                                                 ("EXHAUSTIVE/sglang-0.5.23", SCOPE_SMALL_SGLANG))
-    if full:  # the registry over the whole scope under the lookahead rule set too (its Z3 chain is in make verify)
-        exhaustive += (("EXHAUSTIVE/vllm-0.33.0-lookahead", SCOPE_SMALL_LOOKAHEAD),)
+    # a row per rule set whose table row asks for one (checks/rulesets.py: in make verify, or in verify-full only)
+    runs = (EXHAUSTIVE_VERIFY, EXHAUSTIVE_FULL) if full else (EXHAUSTIVE_VERIFY,)
+    exhaustive = tuple(("EXHAUSTIVE" + (f"/{r.rules}" if r.at else ""), compute_registry_scope(r.rules))
+                       for r in RULE_CHECKS if r.exhaustive in runs)
     out += [ExhaustiveCheck(rows=exhaustive),
             ExhaustiveCheck(rows=(("EXHAUSTIVE/vllm-0.33.0/schedules", SCOPE_SCHEDULES_VLLM),
                                   ("EXHAUSTIVE/vllm-0.34.0/schedules", SCOPE_SCHEDULES_0_34))),

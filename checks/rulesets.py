@@ -16,6 +16,10 @@ VECTORS_FULL = "full"  # every suite: worked, boundaries, exhaustive sample, mut
 VECTORS_COUNTEREXAMPLES = "counterexamples"  # an unsafe rule set: its counterexamples only
 
 
+EXHAUSTIVE_VERIFY = "verify"  # the rule set's EXHAUSTIVE row runs in make verify
+EXHAUSTIVE_FULL = "full"  # in make verify-full only (its Z3 chain is in make verify)
+
+
 @attrs.frozen(kw_only=True)
 class RuleChecks:
     """How checks/ exercises one rule set (spec/rules.py has what it does)."""
@@ -23,7 +27,8 @@ class RuleChecks:
     rules: str
     vectors: str
     key_vectors: bool  # keys/render vectors (the hash chain and key strings at the rule set's λ)
-    exhaustive: bool  # a row of make verify's EXHAUSTIVE pass (the registry over the small scope)
+    exhaustive: str  # its row of the EXHAUSTIVE pass (the registry over the small scope): in make verify, in
+    #                  make verify-full only, or none
     bench: bool  # the lookup bench, efficiency and conversation tables, the plot
     oracle: str | None = None  # "vllm==VERSION": that release's own code answers for this rule set
     check_suffix: str | None = None  # what its check ids end with (make verify: "ID@rules"; "" for the PR's chain)
@@ -35,17 +40,17 @@ class RuleChecks:
 
 
 RULE_CHECKS: tuple[RuleChecks, ...] = (
-    RuleChecks(rules="legacy", vectors=VECTORS_COUNTEREXAMPLES, key_vectors=False, exhaustive=False, bench=False),
-    RuleChecks(rules="pr53324", vectors=VECTORS_FULL, key_vectors=False, exhaustive=True, bench=True, check_suffix=""),
-    RuleChecks(rules="vllm-0.33.0", vectors=VECTORS_FULL, key_vectors=True, exhaustive=True, bench=True,
+    RuleChecks(rules="legacy", vectors=VECTORS_COUNTEREXAMPLES, key_vectors=False, exhaustive="", bench=False),
+    RuleChecks(rules="pr53324", vectors=VECTORS_FULL, key_vectors=False, exhaustive=EXHAUSTIVE_VERIFY, bench=True, check_suffix=""),
+    RuleChecks(rules="vllm-0.33.0", vectors=VECTORS_FULL, key_vectors=True, exhaustive=EXHAUSTIVE_VERIFY, bench=True,
                oracle="vllm==0.33.0"),
-    RuleChecks(rules="vllm-0.33.0-lookahead", vectors=VECTORS_FULL, key_vectors=True, exhaustive=False, bench=True),
-    RuleChecks(rules="vllm-0.34.0", vectors=VECTORS_FULL, key_vectors=True, exhaustive=True, bench=True,
+    RuleChecks(rules="vllm-0.33.0-lookahead", vectors=VECTORS_FULL, key_vectors=True, exhaustive=EXHAUSTIVE_FULL, bench=True),
+    RuleChecks(rules="vllm-0.34.0", vectors=VECTORS_FULL, key_vectors=True, exhaustive=EXHAUSTIVE_VERIFY, bench=True,
                oracle="vllm==0.34.0"),
     # SGLang (issue 32): stated from SGLang 0.5.23's sources; its own code is the oracle (kvspec conform sglang,
     # checks/sglang_oracle.py: the wheel, not an installed release) and answers the vectors as an adapter
-    RuleChecks(rules="sglang-0.5.23", vectors=VECTORS_FULL, key_vectors=False, exhaustive=True, bench=False),
-    RuleChecks(rules="sglang-0.5.23-bigram", vectors="", key_vectors=False, exhaustive=False, bench=False),
+    RuleChecks(rules="sglang-0.5.23", vectors=VECTORS_FULL, key_vectors=False, exhaustive=EXHAUSTIVE_VERIFY, bench=False),
+    RuleChecks(rules="sglang-0.5.23-bigram", vectors="", key_vectors=False, exhaustive="", bench=False),
 )
 assert [r.rules for r in RULE_CHECKS] == list(RULE_SETS), "a row per rule set of spec/rules.py, in its order"
 
