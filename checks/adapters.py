@@ -193,7 +193,8 @@ def format_explain_command(scenario: Any) -> str:
         parts.append(f"--interleave {g.parallel.interleave}")
     if g.parallel.pcp != 1:
         parts.append(f"--pcp {g.parallel.pcp}")
-    parts += [f"--stored {r.prompt}:{r.shared}{':' + r.rules if r.rules else ''}" for r in scenario.stored]
+    parts += [f"--stored {r.prompt}{f'+{r.decoded}' if r.decoded else ''}:{r.shared}{':' + r.rules if r.rules else ''}"
+              for r in scenario.stored]
     parts += [f"--evict {x}:{t}:{r}" for x, t, r in sorted(scenario.evicted)]
     return " ".join([*parts, f"--prompt {scenario.prompt}", f"--rules {scenario.rules}"])
 

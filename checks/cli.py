@@ -139,19 +139,24 @@ def _ints(text: str, flag: str, shape: str, n: tuple[int, ...]) -> list[int]:
     return vals
 
 
+STORED_SHAPE = "P[+O][:S[:RULES]]"
+
+
 def _requests(args: argparse.Namespace) -> tuple[StoredRequest, ...]:
-    """Return the --stored P[:S[:RULES]] requests (S defaults to min(P, N); RULES: the writer's rule set, when not the
-    reader's --rules)."""
+    """Return the --stored P[+O][:S[:RULES]] requests (O: tokens the writer decoded before it finished; S defaults to
+    min(P, N); RULES: the writer's rule set, when not the reader's --rules)."""
     out = []
     for text in args.stored:
         parts = text.split(":")
         writer = parts.pop().strip() if len(parts) > 1 and not parts[-1].strip().lstrip("-").isdigit() else ""
         if writer and writer not in RULE_SETS:
-            raise SpecError("cli-usage", f"--stored takes P[:S[:RULES]], got {text!r}: {writer!r} is not a rule set "
+            raise SpecError("cli-usage", f"--stored takes {STORED_SHAPE}, got {text!r}: {writer!r} is not a rule set "
                                          f"(known: {', '.join(RULE_SETS)})")
-        v = _ints(":".join(parts), "--stored", "P[:S[:RULES]]", (1, 2))
+        head, plus, decoded = parts[0].partition("+")
+        v = _ints(":".join([head, *parts[1:]]), "--stored", STORED_SHAPE, (1, 2))
+        o = _ints(decoded, "--stored", STORED_SHAPE, (1,))[0] if plus else 0
         out.append(StoredRequest(prompt=v[0], shared=v[1] if len(v) == 2 else min(v[0], args.prompt),
-                                 rules=get_rules(writer).name if writer else None))
+                                 rules=get_rules(writer).name if writer else None, decoded=o))
     return tuple(out)
 
 
@@ -204,6 +209,8 @@ def _scenario(args: argparse.Namespace) -> Scenario:
     rule = get_rules(LEGACY_SWITCH_RULES if args.legacy_tail_key else (args.rules or DEFAULT_RULES)).name
     evicted = _evictions(args, geometry)
     schedule = _schedule(args)
+    if args.decoded is not None and args.stored_prompt is None:
+        raise SpecError("scenario", "--decoded O applies to --stored-prompt (with --stored write P+O:S)")
     if args.stored_json is not None:
         if args.stored_prompt is not None or args.shared is not None or args.stored:
             raise SpecError("scenario", "--stored-json excludes --stored-prompt, --stored and --shared")
@@ -218,8 +225,8 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         raise SpecError("scenario", "give --stored-prompt P, --stored P[:S] or --stored-json FILE")
     shared = args.shared if args.shared is not None else min(args.stored_prompt, args.prompt)
     return Scenario(geometry=geometry, prompt=args.prompt,
-                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared),), evicted=evicted, rules=rule,
-                    schedule=schedule)
+                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared, decoded=args.decoded or 0),),
+                    evicted=evicted, rules=rule, schedule=schedule)
 
 
 def _schedule(args: argparse.Namespace) -> Schedule:
@@ -523,7 +530,7 @@ def _fails_check(result: dict[str, Any]) -> bool:
 
 
 _SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "interleave", "pcp", "drafter", "stored_prompt", "stored",
-                   "evict", "prompt", "shared", "stored_json", "rules", "legacy_tail_key", "from_vllm", "chunk_budget",
+                   "evict", "prompt", "shared", "decoded", "stored_json", "rules", "legacy_tail_key", "from_vllm", "chunk_budget",
                    "no_chunked_prefill", "checkpoint_alignment", "long_prefill_threshold", "stop_every")
 
 
@@ -740,10 +747,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help='the present objects as a JSON list of {"group": g, "boundary": t} (- for stdin)')
     stored.add_argument("--shared", type=int, metavar="S",
                         help="tokens the stored request shares with the lookup (default min(P, N))")
-    stored.add_argument("--stored", action="append", default=[], metavar="P[:S[:RULES]]",
+    stored.add_argument("--decoded", type=int, metavar="O",
+                        help="tokens the stored request decoded before it finished (default 0: not finished); the "
+                             "lookup may then share up to P + O tokens (it continues the conversation)")
+    stored.add_argument("--stored", action="append", default=[], metavar=STORED_SHAPE,
                         help="a stored request of P tokens sharing its first S with the lookup (repeatable; "
-                             "S defaults to min(P, N)); RULES: the rule set of the engine that stored it, when not "
-                             "the reader's (a mixed fleet, e.g. 15000:15000:vllm-0.33.0)")
+                             "S defaults to min(P, N)); +O: it decoded O tokens before it finished; RULES: the rule "
+                             "set of the engine that stored it, when not the reader's (a mixed fleet, e.g. "
+                             "15000:15000:vllm-0.33.0)")
     stored.add_argument("--evict", action="append", default=[], metavar="GROUP:BOUNDARY[:RANK]",
                         help="an object evicted from one rank, or from every rank without RANK (repeatable)")
     sch = e.add_argument_group("how the stored requests were scheduled (vLLM rule sets; default: the block schedule, "

@@ -30,8 +30,10 @@ step's budget; a later one may start from the local prefix cache), then one look
 is given vLLM's trace (each request's chunks, the junction vLLM had pinned at each) and derives the rest. With
 few KV blocks and long decodes vLLM preempts: every rank's completed saves are reported back (so the scheduler
 drops their block references, as the executor's aggregated worker metadata does) and a resumed request's own
-stored prefix is loaded through every rank's receiving thread. Decode-phase saves (save_decode_cache) are not
-driven yet (spec/README.md, "The chunk schedule").
+stored prefix is loaded through every rank's receiving thread. Every stored request decodes and finishes, so
+what its outputs unlock is stored (0.34.0's deferred saves); a lookup that continues a request's conversation
+(S > P: its tokens after the prompt are the request's outputs) names them. Decode-phase saves (save_decode_cache)
+are not driven yet (spec/README.md, "The chunk schedule").
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from kvspec.spec.schedule import Schedule
 from kvspec.spec.types import Boundary, GroupId, Rank, Tokens
 
 VOCAB = 50_000
+SAMPLED = 7  # the token every decode step samples (no forward pass)
 
 
 @attrs.frozen(kw_only=True)
@@ -297,7 +300,7 @@ class Lifecycle:
             extra = {"req_id_to_index": {r: i for i, r in enumerate(ids)}} if self.v.release.runner_output_takes_index \
                 else {}
             by_id = {r.request_id: r for r in reqs}
-            sampled = [[7] if by_id[i].num_computed_tokens >= by_id[i].num_tokens else [] for i in ids]  # every known
+            sampled = [[SAMPLED] if by_id[i].num_computed_tokens >= by_id[i].num_tokens else [] for i in ids]  # every known
             # token computed (a resumed request re-prefills its outputs too): the step samples one
             from vllm.v1.outputs import KVConnectorOutput
             s.update_from_output(out, ModelRunnerOutput(req_ids=ids, **extra, sampled_token_ids=sampled,
@@ -364,11 +367,16 @@ class Lifecycle:
 
 def lifecycle_tokens(requests: Sequence[tuple[int, int]], lookup: int, seed: int) -> tuple[list[list[int]], list[int]]:
     """Return (stored, lookup) token ids: the lookup request's tokens, and each stored request (P, S) sharing
-    exactly S tokens with it (its own tokens after that)."""
+    exactly S tokens with it (its own tokens after that). S > P: the lookup continues the request's conversation, its
+    tokens P .. S − 1 the request's outputs (the driver samples SAMPLED), then tokens of its own."""
     base = [(seed * 1_000_003 + 7919 * i) % VOCAB for i in range(max([lookup, *(p for p, _ in requests)]))]
-    stored = [base[:s] + [VOCAB + (i * 131 + seed + 17 * k) % 1000 for i in range(p - s)]
+    stored = [base[:min(s, p)] + [VOCAB + (i * 131 + seed + 17 * k) % 1000 for i in range(p - s)]
               for k, (p, s) in enumerate(requests)]
-    return stored, base[:lookup]
+    look = base[:lookup]
+    for p, s in requests:
+        if s > p:
+            look = base[:p] + [SAMPLED] * (s - p) + [VOCAB + 2000 + i for i in range(lookup - s)]
+    return stored, look
 
 
 def compute_lifecycle_answer(geometry: Geometry, schedule: Schedule, requests: Sequence[tuple[int, int]], lookup: int,
@@ -404,7 +412,8 @@ class LifecycleCase:
     requests: tuple[tuple[int, int], ...]
     lookup: int
     num_blocks: int | None = None
-    decode: int = 2  # tokens each stored request generates (long decodes with few blocks: vLLM preempts)
+    decode: int = 2  # tokens each stored request generates before it finishes (long decodes with few blocks: vLLM
+    #                  preempts); a request (P, S) with S > P: the lookup continues its conversation through S − P outputs
     evict: tuple[tuple[int, int], ...] = ()  # shards removed before the lookup: (k-th nameable object, rank or -1)
 
     def scenario(self, rules: str, ends: tuple[tuple[int, ...], ...] | None = None,
@@ -413,7 +422,7 @@ class LifecycleCase:
         and shared-prefix junction (a trace) instead of the schedule's derivation."""
         from kvspec.spec.scenario import Scenario, StoredRequest
         # a request served whole from the local prefix cache computed only its last token: the chunk (P − 1, P)
-        stored = tuple(StoredRequest(prompt=p, shared=s, schedule=None if ends is None else
+        stored = tuple(StoredRequest(prompt=p, shared=s, decoded=self.decode, schedule=None if ends is None else
                                      Schedule(ends=ends[k] or (p,),
                                               junctions=(junctions[k] or (0,)) if junctions else (),
                                               starts=(starts[k] or (p - 1,)) if starts else (),
@@ -452,9 +461,10 @@ def draw_lifecycle_case(rng: random.Random) -> LifecycleCase:
     """Return one generated case: u in 16..128, b = q·u, D in {1, 2, 4, 8}, EAGLE or not, either retention,
     budgets 256..65536 (and b, b/2), prefill checkpoint blocks in one case of five; prompts around multiples of
     L and of b, below MAX_TOKENS; the lookup identical, longer or sharing a random prefix; in one case of four,
-one or two stored objects evicted on one rank or on all before the lookup. One case in three
+    one or two stored objects evicted on one rank or on all before the lookup. One case in three
     stores 2-4 requests at once (sharing each step's budget), half of those with KV blocks for about one and a
-    half of them, so vLLM preempts and resumes."""
+    half of them, so vLLM preempts and resumes. One lone request in four decodes 1-4 tokens and the lookup continues
+    its conversation through some of them (half of those prompts end on L: what the finish-time save adds)."""
     from kvspec.spec.geometry import Group, Parallel, compute_lcm_span
     u = rng.choice([16, 32, 64, 128])
     b = u * rng.choice([1, 2, 3, 4, 6, 8, 12])
@@ -494,6 +504,11 @@ one or two stored objects evicted on one rank or on all before the lookup. One c
         blocks = per + per // 4
     evict = tuple((rng.randint(0, 99), rng.choice([-1, rng.randint(0, 7)])) for _ in range(rng.randint(1, 2))) \
         if rng.random() < 0.25 else ()
+    if count == 1 and rng.random() < 0.25:  # the lookup continues the conversation: through some of its outputs
+        decode = rng.randint(1, 4)
+        p = requests[0][0] if rng.random() < 0.5 else max(lcm, requests[0][0] // lcm * lcm)  # on L: a finish-time save
+        s = p + rng.randint(1, decode)
+        requests[0], n = (p, s), s + rng.choice([0, rng.randint(1, 3 * u)])
     return LifecycleCase(geometry=g, schedule=schedule, requests=tuple(requests), lookup=n, num_blocks=blocks,
                          decode=decode, evict=evict)
 
@@ -598,13 +613,15 @@ def run_lifecycle_conformance(count: int = 300, seed: int = 0, rules: str | None
     compared = dict.fromkeys(FIELDS, 0)
     bad: list[dict[str, Any]] = []
     cases = iterate_lifecycle_cases(count, seed)
-    kinds = {"one request": 0, "concurrent": 0, "with preemption": 0, "with evictions": 0, "stalled (not compared)": 0}
+    kinds = {"one request": 0, "concurrent": 0, "with preemption": 0, "with evictions": 0,
+             "continuing a conversation": 0, "stalled (not compared)": 0}
     for case in cases:
         theirs = compute_case_answer(case, v)
         res = compare_answers(case, rules, theirs)
         kinds["one request" if len(case.requests) == 1 else "concurrent"] += 1
         kinds["with preemption"] += theirs.preemptions > 0
         kinds["with evictions"] += bool(case.evict)
+        kinds["continuing a conversation"] += any(s > p for p, s in case.requests)
         kinds["stalled (not compared)"] += not res
         for f, ok in res.items():
             compared[f] += 1

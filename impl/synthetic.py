@@ -59,12 +59,14 @@ class SyntheticModel:
         self.width = width
         self.seed = seed
 
-    def attention_kv(self, tokens: Sequence[int], group: int, draft: bool) -> torch.Tensor:
-        """Return float32 [len(tokens), width]: the KV of every position of a request for one attention group."""
+    def attention_kv(self, tokens: Sequence[int], group: int, draft: bool, sampled: int = -1) -> torch.Tensor:
+        """Return float32 [len(tokens), width]: the KV of every position of a request for one attention group (the
+        draft KV of the last position sees `sampled`, the token that followed: SAMPLED unless the request's output
+        is known)."""
         pre = compute_prefix_hashes(tokens, self.seed)
         if not draft:
             return torch.from_numpy(_values(pre[1:], group + 1, self.width))
-        nxt = compute_prefix_hashes([*tokens, SAMPLED], self.seed)  # [0, p+1]; the last one sees the sampled token
+        nxt = compute_prefix_hashes([*tokens, SAMPLED if sampled < 0 else sampled], self.seed)  # [0, p+1]
         return torch.from_numpy(_values(nxt[2:], group + 1, self.width))
 
     def mamba_states(self, tokens: Sequence[int], group: int, ts: Sequence[int]) -> torch.Tensor:

@@ -66,6 +66,7 @@ class RuleSet:
     deltas: tuple[Delta, ...]
     lookahead_scope: str = LOOKAHEAD_ALWAYS  # where λ applies: every geometry, or only one with an EAGLE-family drafter
     eagle_drop: bool = True  # an EAGLE-flagged group's hit drops its last unit when λ = 0 (vLLM); False: never (SGLang)
+    deferred_saves: bool = False  # λ > 0: boundaries whose hash waits for outputs are stored once those exist
 
 
 RULE_SETS: dict[str, RuleSet] = {
@@ -132,7 +133,13 @@ RULE_SETS: dict[str, RuleSet] = {
                        "restores 0.33.0's behaviour: --rules vllm-0.33.0)",
                   where="store/coordinator.py: use_eagle = use_eagle and not num_hash_lookahead_tokens; "
                         "drops_eagle_block"),
-        )),
+            Delta(what="finish-time lookahead save: when a writer that hashed with λ > 0 finishes having decoded O "
+                       "tokens, its attention groups also store every whole L-block up to ⌊min(P, ⌊(P + O − λ)/u⌋·u)/L⌋·L "
+                       "(the blocks whose lookahead tokens are outputs; no Mamba state, no tail key); their keys "
+                       "name outputs, so only a reader that continues the conversation (S >= t + λ > P) names them",
+                  where="store/scheduler.py: register_finished_lookahead_save (request_finished_all_groups), "
+                        "ReqMeta.from_request_tracker (token_len = min(completed, prefill_end_tokens))"),
+        ), deferred_saves=True),
     "sglang-0.5.23": RuleSet(
         name="sglang-0.5.23", predecessor=None, engine="SGLang 0.5.23 (HiCache L3 on Mooncake)",
         store=STORE_SGLANG, tail_key=TAIL_STORED, config=CONFIG_SGLANG, lookahead=1,

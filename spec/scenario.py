@@ -46,6 +46,7 @@ from .plan import LoadEntry, LoadRun, plan_load, plan_load_runs
 from .rules import (
     DEFAULT_RULES,
     LEGACY_SWITCH_RULES,
+    STORE_SGLANG,
     STORE_VLLM_0_33,
     RuleSet,
     check_config,
@@ -60,6 +61,8 @@ from .store import (
     compute_present_after,
     compute_present_after_objects,
     compute_rank_objects,
+    compute_rule_deferred,
+    compute_rule_deferred_objects,
     compute_rule_objects,
     compute_rule_store,
     compute_visible,
@@ -68,6 +71,7 @@ from .store import (
 from .types import Boundary, GroupId, Rank, Tokens
 
 RULE_SCENARIO = "scenario"
+RULE_DECODED = "decoded-writer"
 RULE_STORED = "stored-object"
 RESULT_VERSION = 3  # 2: "rules" (a rule set name) replaces "rule"; 3: the input scenario echoed as "input"
 
@@ -86,12 +90,14 @@ def _int(x: object, what: str, lo: int = 0, rule: str = RULE_SCENARIO) -> int:
 class StoredRequest:
     """A request of P prompt tokens that was stored; it shares its first S tokens with the lookup request; its own
     schedule, when it differs from the scenario's (e.g. observed chunk ends); the rule set of the engine that stored
-    it, when it differs from the reader's (a mixed fleet)."""
+    it, when it differs from the reader's (a mixed fleet); the tokens it decoded before it finished (0: not finished,
+    or nothing decoded) — a reader that continues the conversation shares up to P + O tokens with it."""
 
     prompt: int
     shared: int
     schedule: Schedule | None = None
     rules: str | None = None
+    decoded: int = 0
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)
@@ -125,9 +131,13 @@ class Scenario:
                         RULE_SCHEDULE, f"a chunk budget applies to a vLLM writer, not to {r.rules}")
             check_count(_int(r.prompt, "stored prompt", 0), MAX_PROMPT, RULE_LIMIT_PROMPT, "stored prompt")
             _int(r.shared, "shared", 0)
-            if r.shared > min(r.prompt, self.prompt):
-                raise SpecError(RULE_SCENARIO,
-                                f"shared {r.shared} exceeds min(stored prompt {r.prompt}, prompt {self.prompt})")
+            check_count(_int(r.decoded, "decoded", 0), MAX_PROMPT, RULE_LIMIT_PROMPT, "decoded tokens")
+            require(not r.decoded or get_rules(r.rules or self.rules).store != STORE_SGLANG, RULE_DECODED,
+                    "SGLang inserts a finished request's outputs into its radix tree too (cache_finished_req); kvspec "
+                    "states an SGLang writer's prompt only: give decoded 0 under an SGLang rule set")
+            if r.shared > min(r.prompt + r.decoded, self.prompt):
+                raise SpecError(RULE_SCENARIO, f"shared {r.shared} exceeds min(stored prompt {r.prompt}"
+                                               f"{f' + decoded {r.decoded}' if r.decoded else ''}, prompt {self.prompt})")
         g = self.geometry
         spans = compute_spans(g)
         longest, extra = max([self.prompt, *(r.prompt for r in self.stored)]), len(self.objects or ()) + len(self.evicted)
@@ -236,8 +246,12 @@ def compute_request_visible(g: Geometry, reader: str, request: StoredRequest, st
     lw = compute_writer_lookahead(g, reader, request)
     if lw is None:
         return frozenset()
-    return compute_visible(stages.store(get_rules(request.rules or reader), g, Tokens(request.prompt),
-                                        request.schedule or schedule), Tokens(request.shared), lw)
+    writer = get_rules(request.rules or reader)
+    objects = stages.store(writer, g, Tokens(request.prompt), request.schedule or schedule)
+    if request.decoded:  # what its outputs let it store (spec/store.py: compute_rule_deferred)
+        objects = objects | compute_rule_deferred(writer, g, Tokens(request.prompt), Tokens(request.decoded),
+                                                  request.schedule or schedule)
+    return compute_visible(objects, Tokens(request.shared), lw)
 
 
 def _compute_stored_compact(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
@@ -247,9 +261,12 @@ def _compute_stored_compact(g: Geometry, rules_name: str, stored: tuple[StoredRe
     for r in stored:
         lw = compute_writer_lookahead(g, rules_name, r)
         if lw is not None:
-            parts.append(compute_visible_objects(compute_rule_objects(get_rules(r.rules or rules_name), g,
-                                                                      Tokens(r.prompt), r.schedule or schedule),
-                                                 Tokens(r.shared), lw))
+            writer = get_rules(r.rules or rules_name)
+            mine = compute_rule_objects(writer, g, Tokens(r.prompt), r.schedule or schedule)
+            if r.decoded:
+                mine = compute_objects_union((mine, compute_rule_deferred_objects(
+                    writer, g, Tokens(r.prompt), Tokens(r.decoded), r.schedule or schedule)))
+            parts.append(compute_visible_objects(mine, Tokens(r.shared), lw))
     return compute_objects_union(parts)
 
 
@@ -406,7 +423,8 @@ def encode_scenario(scenario: Scenario) -> dict[str, Any]:
     else:
         out["requests"] = [{"prompt": r.prompt, "shared": r.shared,
                             **({"schedule": encode_schedule(r.schedule)} if r.schedule is not None else {}),
-                            **({"rules": r.rules} if r.rules is not None else {})}
+                            **({"rules": r.rules} if r.rules is not None else {}),
+                            **({"decoded": r.decoded} if r.decoded else {})}
                            for r in scenario.stored]
     if scenario.evicted:
         out["evicted"] = [{"group": gid, "boundary": t, "rank": r} for gid, t, r in sorted(scenario.evicted)]
@@ -416,22 +434,26 @@ def encode_scenario(scenario: Scenario) -> dict[str, Any]:
 
 
 def decode_requests(raw: object) -> tuple[StoredRequest, ...]:
-    """Return the stored requests of a JSON list of {"prompt": P, "shared": S[, "schedule": {...}][, "rules": NAME]}
-    (rules: the writer's rule set, when not the reader's)."""
+    """Return the stored requests of a JSON list of {"prompt": P, "shared": S[, "schedule": {...}][, "rules": NAME]
+    [, "decoded": O]} (rules: the writer's rule set, when not the reader's; decoded: tokens it decoded before finishing)."""
     require(isinstance(raw, list), RULE_SCENARIO, "requests must be a JSON list")
     out = []
     for item in cast(list[Any], raw):
-        require(isinstance(item, dict) and {"prompt", "shared"} <= set(item) <= {"prompt", "shared", "schedule", "rules"},
+        require(isinstance(item, dict) and {"prompt", "shared"} <= set(item) <= _REQUEST_KEYS,
                 RULE_SCENARIO, f"each request is {{\"prompt\": P, \"shared\": S[, \"schedule\": {{...}}][, \"rules\": "
-                               f"NAME]}}, got {item!r}")
+                               f"NAME][, \"decoded\": O]}}, got {item!r}")
         writer = item.get("rules")
         require(writer is None or isinstance(writer, str), RULE_SCENARIO, f"a request's rules is a rule set name, "
                                                                           f"got {writer!r}")
         out.append(StoredRequest(prompt=_int(item["prompt"], "request prompt", 0),
                                  shared=_int(item["shared"], "request shared", 0),
                                  schedule=decode_schedule(item["schedule"]) if "schedule" in item else None,
-                                 rules=get_rules(writer).name if writer is not None else None))
+                                 rules=get_rules(writer).name if writer is not None else None,
+                                 decoded=_int(item.get("decoded", 0), "request decoded", 0)))
     return tuple(out)
+
+
+_REQUEST_KEYS = frozenset({"prompt", "shared", "schedule", "rules", "decoded"})
 
 
 def decode_evicted(raw: object, dcp: int) -> frozenset[RankObj]:

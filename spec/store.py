@@ -281,6 +281,46 @@ def compute_rule_objects(rules: RuleSet, geometry: Geometry, prompt: Tokens,
     return compute_store_objects(geometry, prompt)
 
 
+def compute_deferred_objects_vllm(geometry: Geometry, prompt: Tokens, decoded: Tokens, lookahead: int,
+                                  schedule: Schedule = BLOCK_SCHEDULE) -> Objects:
+    """Return what vLLM 0.34.0 stores for a writer of P prompt tokens once it decoded O (λ > 0: a boundary's hash waits
+    for λ tokens past it, outputs at the prompt's end): at finish each attention group's whole spans up to
+    F = ⌊min(P, ⌊(P + O − λ)/u⌋·u)/L⌋·L; under dense retention each Mamba state k·b <= P of the schedule whose hash
+    a decode step saw before the finish (k·b + λ <= P + O − 1); nothing when λ = 0 or O = 0."""
+    if not lookahead or not decoded:
+        return make_objects({})
+    lcm = compute_lcm_span(geometry)
+    end = min(prompt, compute_hashed_length(geometry, Tokens(prompt + decoded), lookahead)) // lcm * lcm
+    c = compute_checkpoint(geometry, prompt, lookahead)
+    out: dict[GroupId, Boundaries] = {}
+    for gid, g in enumerate(geometry.groups):
+        if g.kind == "attention":
+            out[GroupId(gid)] = compute_span_run(geometry, GroupId(gid), end)
+        elif geometry.retention == "dense":
+            states = compute_mamba_state_set(schedule, geometry, prompt, lookahead, g.block_size, c)
+            out[GroupId(gid)] = compute_intersection(make_run(g.block_size, min(prompt, prompt + decoded - 1 - lookahead)),
+                                                     states)
+    return make_objects(out)
+
+
+def compute_rule_deferred_objects(rules: RuleSet, geometry: Geometry, prompt: Tokens, decoded: Tokens,
+                                  schedule: Schedule = BLOCK_SCHEDULE) -> Objects:
+    """Return what a writer stores after its prefill, once it decoded O tokens (the outputs complete the hashes its
+    prompt's last boundaries wait for): compute_deferred_objects_vllm under a rule set with deferred saves, else
+    nothing."""
+    if not rules.deferred_saves or not decoded:
+        return make_objects({})
+    return compute_deferred_objects_vllm(compute_rule_geometry(rules, geometry), prompt, decoded,
+                                         compute_lookahead(rules, geometry), schedule)
+
+
+@functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
+def compute_rule_deferred(rules: RuleSet, geometry: Geometry, prompt: Tokens, decoded: Tokens,
+                          schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
+    """Return compute_rule_deferred_objects' objects as an explicit set."""
+    return list_objects(compute_rule_deferred_objects(rules, geometry, prompt, decoded, schedule))
+
+
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
 def compute_rule_store(rules: RuleSet, geometry: Geometry, prompt: Tokens,
                        schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:

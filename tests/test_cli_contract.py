@@ -90,7 +90,7 @@ def test_input_parity_flags(capsys):
                       "--stored", "40", "--rules", "pr53324", "--json"], capsys)
     assert rc == 0 and json.loads(out)["input"]["interleave"] == 4
     rc, _, err = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57:x"], capsys)
-    assert rc == 2 and "--stored takes P[:S[:RULES]]" in err and "'x' is not a rule set" in err
+    assert rc == 2 and "--stored takes P[+O][:S[:RULES]]" in err and "'x' is not a rule set" in err
     rc, _, err = run(["explain", "--preset", "small-dcp2", "--prompt", "57", "--stored", "57", "--stored-prompt", "5"],
                      capsys)
     assert rc == 2

@@ -137,6 +137,19 @@ def test_draft_hazard_closed_by_lookahead_keys(master, tmp_path, rules, lookahea
     assert (totals["draft_lookahead_bytes"] > 0) is lookahead_bytes, totals
 
 
+def test_deferred_saves_on_real_ranks(master, tmp_path):
+    """A writer of 64 prompt tokens that decoded 2 and a reader continuing its conversation through the first output
+    (vLLM 0.34.0, dense retention, D = 2): the writer's ranks also put the block and the Mamba state at 64 whose
+    hashes needed that output (every put key predicted by the spec), and the reader hits 64 where a writer that had
+    not decoded leaves 60 — 0 wrong bytes, no -704."""
+    g = scaled(2, retention="dense")
+    scs = [Scenario(geometry=g, prompt=80, rules="vllm-0.34.0", stored=(StoredRequest(prompt=64, shared=s, decoded=o),))
+           for s, o in ((65, 2), (64, 0))]
+    assert [evaluate_scenario(sc).hit_length for sc in scs] == [64, 60]
+    totals = run(master, scs, tmp_path, "deferred")
+    assert totals["bytes_wrong"] == 0 and totals["minus704"] == 0 and totals["bytes_compared"] > 0
+
+
 def test_mixed_fleet_on_real_ranks(master, tmp_path):
     """A fleet mixing vLLM 0.33.0 and 0.34.0 engines on one store (writers and reader on real rank processes, the
     writers keyed as their own release keys): with an EAGLE drafter the two hash with different λ and name no common

@@ -327,7 +327,7 @@ def test_lifecycle_conformance_on_generated_scenarios(v, rules):
     compared = rep["cases"] - rep["kinds"]["stalled (not compared)"]
     assert rep["cases"] >= 300 and all(rep["compared"][f] == compared for f in ("refusal", "hit"))
     assert rep["kinds"]["concurrent"] >= 60 and rep["kinds"]["with preemption"] >= 3
-    assert rep["kinds"]["with evictions"] >= 40
+    assert rep["kinds"]["with evictions"] >= 40 and rep["kinds"]["continuing a conversation"] >= 30
     assert rep["ok"], format_lifecycle_report(rep)
 
 
@@ -386,6 +386,39 @@ def test_lifecycle_comparison_can_fail(v, rules):
         bad["stored"] += block.stored != theirs.stored
         bad["hit"] += block.hit != theirs.hit
     assert bad["stored"] > 0 and bad["hit"] > 0, bad
+
+
+# what a writer of P = 512 (u = b = 128, EAGLE) stores past its prefill's save once it decoded O tokens, as seen by a
+# reader continuing its conversation through its first output (S = 513): under 0.34.0's lookahead keys the attention
+# block ending at P is stored at finish (its hash needed the first output); under dense retention the Mamba state at P
+# too, but only when a decode step ran after that hash appeared (O >= 2); 0.33.0 (λ = 0) stored both with its prefill
+DEFERRED = {"vllm-0.33.0": {("dense", 1): {(0, 512), (1, 512)}, ("dense", 2): {(0, 512), (1, 512)},
+                            ("replay", 2): {(0, 512)}},
+            "vllm-0.34.0": {("dense", 1): {(0, 512)}, ("dense", 2): {(0, 512), (1, 512)}, ("replay", 2): {(0, 512)}}}
+
+
+def test_deferred_saves_are_vllms(v, rules, monkeypatch):
+    """The saves a writer's outputs unlock (vLLM 0.34.0's register_finished_lookahead_save at finish; the Mamba state
+    a dense-retention core caches once its hash exists) on the release's real scheduler: the objects at P tabled above,
+    and kvspec agrees per field — while the rule set without its deferred saves disagrees on every case under 0.34.0."""
+    from kvspec.checks.vllm_lifecycle import LifecycleCase, compare_answers, compute_case_answer
+    from kvspec.spec import rules as rule_sets
+    from kvspec.spec.geometry import Geometry, Group, Parallel
+    from kvspec.spec.schedule import Schedule
+    blind, without = 0, f"{rules}-without-deferred-saves"
+    monkeypatch.setitem(rule_sets.RULE_SETS, without, attrs.evolve(rule_sets.RULE_SETS[rules], name=without,
+                                                                   deferred_saves=False))
+    for (retention, decode), at_p in DEFERRED[rules].items():
+        g = Geometry(unit=128, groups=(Group(kind="attention", block_size=128, eagle=True),
+                                       Group(kind="mamba", block_size=128)),
+                     parallel=Parallel(dcp=2), retention=retention)
+        case = LifecycleCase(geometry=g, schedule=Schedule(budget=256), requests=((512, 513),), lookup=560,
+                             decode=decode)
+        theirs = compute_case_answer(case, v)
+        assert {(gid, t) for gid, t, _ in theirs.stored if t == 512} == at_p, (retention, decode)
+        assert all(compare_answers(case, rules, theirs).values()), (retention, decode)
+        blind += not compare_answers(case, without, theirs)["stored"]
+    assert blind == (3 if rules == "vllm-0.34.0" else 0)
 
 
 @pytest.mark.parametrize("method, modules", [("eagle", 1), ("eagle3", 1), ("mtp", 1), ("mtp", 2), ("mtp", 3),

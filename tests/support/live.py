@@ -16,7 +16,7 @@ from kvspec.spec.keys import compute_lookahead_chain, render_key
 from kvspec.spec.plan import plan_load_keys, plan_store_keys
 from kvspec.spec.rules import TAIL_HIT, compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, evaluate_scenario
-from kvspec.spec.store import compute_rule_store
+from kvspec.spec.store import compute_rule_deferred, compute_rule_store
 
 MODEL = "kvspec-live"
 _ids = itertools.count()
@@ -37,17 +37,20 @@ def build_job(master: str, scenarios: list[Scenario], tag: str,
         lookahead = compute_lookahead(get_rules(sc.rules), g)
         for k, r in enumerate(sc.stored):  # each writer under its own rule set (a mixed fleet), else the reader's
             wrules = get_rules(r.rules or sc.rules)
-            toks = request_tokens(base, seed * 1000 + k + 1, r.prompt, r.shared)
+            toks = request_tokens(base, seed * 1000 + k + 1, r.prompt + r.decoded, r.shared)  # prompt, then outputs
             chain = compute_lookahead_chain(toks, g.unit, compute_lookahead(wrules, g))
-            for rank, key in plan_store_keys(g, sorted(compute_rule_store(wrules, g, r.prompt)), chain, MODEL, prefix):
+            objs = compute_rule_store(wrules, g, r.prompt) | compute_rule_deferred(wrules, g, r.prompt, r.decoded)
+            for rank, key in plan_store_keys(g, sorted(objs), chain, MODEL, prefix):
                 predicted.setdefault(int(rank), []).append(render_key(key))
-        writers = tuple((compute_impl_store_rule(r.rules or sc.rules), compute_lookahead(get_rules(r.rules or sc.rules), g))
+        writers = tuple((compute_impl_store_rule(r.rules or sc.rules), compute_lookahead(get_rules(r.rules or sc.rules), g),
+                         get_rules(r.rules or sc.rules).deferred_saves)
                         for r in sc.stored) if any(r.rules for r in sc.stored) else ()
         evict = (evict_after_lookup or [{}] * len(scenarios))[len(out)]
         rs = get_rules(sc.rules)  # the rank job carries the rule set's data, not its name's meaning
         out.append(ScenarioJob(seed=seed, prefix=prefix, prompt=sc.prompt, rules=sc.rules, lookahead=lookahead,
                                store_rule=compute_impl_store_rule(sc.rules), tail_at_hit=rs.tail_key == TAIL_HIT,
-                               stored=tuple((r.prompt, r.shared) for r in sc.stored), writers=writers,
+                               deferred_saves=rs.deferred_saves,
+                               stored=tuple((r.prompt, r.shared, r.decoded) for r in sc.stored), writers=writers,
                                predicted_keys={r: tuple(ks) for r, ks in predicted.items()},
                                faults=FaultPlan(evict_after_lookup={r: tuple(o) for r, o in evict.items()})))
     return Job(master=master, model=MODEL, geometry=g, scenarios=tuple(out), width=8)
