@@ -195,6 +195,7 @@ def format_explain_command(scenario: Any) -> str:
         parts.append(f"--pcp {g.parallel.pcp}")
     parts += [f"--stored {r.prompt}{f'+{r.decoded}' if r.decoded else ''}:{r.shared}{':' + r.rules if r.rules else ''}"
               for r in scenario.stored]
+    parts += ["--save-decode-cache"] if any(r.save_decode_cache for r in scenario.stored) else []
     parts += [f"--evict {x}:{t}:{r}" for x, t, r in sorted(scenario.evicted)]
     return " ".join([*parts, f"--prompt {scenario.prompt}", f"--rules {scenario.rules}"])
 

@@ -156,7 +156,8 @@ def _requests(args: argparse.Namespace) -> tuple[StoredRequest, ...]:
         v = _ints(":".join([head, *parts[1:]]), "--stored", STORED_SHAPE, (1, 2))
         o = _ints(decoded, "--stored", STORED_SHAPE, (1,))[0] if plus else 0
         out.append(StoredRequest(prompt=v[0], shared=v[1] if len(v) == 2 else min(v[0], args.prompt),
-                                 rules=get_rules(writer).name if writer else None, decoded=o))
+                                 rules=get_rules(writer).name if writer else None, decoded=o,
+                                 save_decode_cache=args.save_decode_cache))
     return tuple(out)
 
 
@@ -211,6 +212,8 @@ def _scenario(args: argparse.Namespace) -> Scenario:
     schedule = _schedule(args)
     if args.decoded is not None and args.stored_prompt is None:
         raise SpecError("scenario", "--decoded O applies to --stored-prompt (with --stored write P+O:S)")
+    if args.save_decode_cache and args.stored_json is not None:
+        raise SpecError("scenario", "--save-decode-cache applies to stored requests, not to --stored-json objects")
     if args.stored_json is not None:
         if args.stored_prompt is not None or args.shared is not None or args.stored:
             raise SpecError("scenario", "--stored-json excludes --stored-prompt, --stored and --shared")
@@ -225,7 +228,8 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         raise SpecError("scenario", "give --stored-prompt P, --stored P[:S] or --stored-json FILE")
     shared = args.shared if args.shared is not None else min(args.stored_prompt, args.prompt)
     return Scenario(geometry=geometry, prompt=args.prompt,
-                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared, decoded=args.decoded or 0),),
+                    stored=(StoredRequest(prompt=args.stored_prompt, shared=shared, decoded=args.decoded or 0,
+                                          save_decode_cache=args.save_decode_cache),),
                     evicted=evicted, rules=rule, schedule=schedule)
 
 
@@ -530,8 +534,9 @@ def _fails_check(result: dict[str, Any]) -> bool:
 
 
 _SCENARIO_FLAGS = ("preset", "dcp", "unit", "group", "retention", "interleave", "pcp", "drafter", "stored_prompt", "stored",
-                   "evict", "prompt", "shared", "decoded", "stored_json", "rules", "legacy_tail_key", "from_vllm", "chunk_budget",
-                   "no_chunked_prefill", "checkpoint_alignment", "long_prefill_threshold", "stop_every")
+                   "evict", "prompt", "shared", "decoded", "save_decode_cache", "stored_json", "rules", "legacy_tail_key",
+                   "from_vllm", "chunk_budget", "no_chunked_prefill", "checkpoint_alignment", "long_prefill_threshold",
+                   "stop_every")
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -750,6 +755,9 @@ def build_parser() -> argparse.ArgumentParser:
     stored.add_argument("--decoded", type=int, metavar="O",
                         help="tokens the stored request decoded before it finished (default 0: not finished); the "
                              "lookup may then share up to P + O tokens (it continues the conversation)")
+    stored.add_argument("--save-decode-cache", action="store_true",
+                        help="the stored requests' engine saved the decode phase too (vLLM's kv_connector_extra_config "
+                             "save_decode_cache): its outputs' blocks, and under vllm-0.34.0 decode-phase Mamba states")
     stored.add_argument("--stored", action="append", default=[], metavar=STORED_SHAPE,
                         help="a stored request of P tokens sharing its first S with the lookup (repeatable; "
                              "S defaults to min(P, N)); +O: it decoded O tokens before it finished; RULES: the rule "

@@ -165,13 +165,14 @@ def iterate_content(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
 
 def compute_split_parents(rules: str) -> tuple[str, str]:
     """Return (without a drafter, with one): the rule sets a drafter-scoped rule set must equal — its predecessor, and
-    the rule set that differs from it only in applying λ everywhere (and in deferred saves, which the scope's writers,
-    none of which decoded, never reach)."""
+    the rule set that differs from it only in applying λ everywhere (and in deferred and decode-phase saves, which
+    the scope's writers, none of which decoded, never reach)."""
     from kvspec.spec.rules import LOOKAHEAD_ALWAYS, RULE_SETS
     rs = get_rules(rules)
     everywhere = [x for x in RULE_SETS.values() if x.lookahead_scope == LOOKAHEAD_ALWAYS and x.name != rs.name
                   and attrs.evolve(rs, name=x.name, predecessor=x.predecessor, engine=x.engine, deltas=x.deltas,
-                                   lookahead_scope=LOOKAHEAD_ALWAYS, deferred_saves=x.deferred_saves) == x]
+                                   lookahead_scope=LOOKAHEAD_ALWAYS, deferred_saves=x.deferred_saves,
+                                   decode_states=x.decode_states) == x]
     assert rs.predecessor is not None and len(everywhere) == 1, f"{rules} has no drafter split"
     return rs.predecessor, everywhere[0].name
 

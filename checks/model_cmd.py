@@ -40,7 +40,7 @@ def run_model_command(geometry: Geometry, rules: str, stored: int, shared: int, 
     rs = get_rules(rules)
     job_sc = ScenarioJob(seed=1, prefix="kvspec-model", prompt=prompt, rules=rules,
                          store_rule=compute_impl_store_rule(rules), tail_at_hit=rs.tail_key == TAIL_HIT,
-                         lookahead=compute_lookahead(rs, geometry), stored=((stored, shared, 0),))
+                         lookahead=compute_lookahead(rs, geometry), stored=((stored, shared, 0, False),))
     with tempfile.TemporaryDirectory(prefix="kvspec-model-") as wd, running_master(wd) as master:
         job = Job(master=master.address, geometry=geometry, model="tiny-hybrid", scenarios=(job_sc,))
         ranks = [r["scenarios"][0] for r in run_ranks(job, geometry.parallel.dcp, timeout_s=600, workdir=wd,

@@ -32,8 +32,8 @@ few KV blocks and long decodes vLLM preempts: every rank's completed saves are r
 drops their block references, as the executor's aggregated worker metadata does) and a resumed request's own
 stored prefix is loaded through every rank's receiving thread. Every stored request decodes and finishes, so
 what its outputs unlock is stored (0.34.0's deferred saves); a lookup that continues a request's conversation
-(S > P: its tokens after the prompt are the request's outputs) names them. Decode-phase saves (save_decode_cache)
-are not driven yet (spec/README.md, "The chunk schedule").
+(S > P: its tokens after the prompt are the request's outputs) names them, and in half those cases the
+connector saves the decode phase (kv_connector_extra_config save_decode_cache).
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ class Lifecycle:
     """One geometry and schedule on the installed vLLM release's real scheduler."""
 
     def __init__(self, geometry: Geometry, schedule: Schedule, max_len: int,
-                 v: types.SimpleNamespace | None = None, num_blocks: int | None = None) -> None:
+                 v: types.SimpleNamespace | None = None, num_blocks: int | None = None,
+                 save_decode_cache: bool = False) -> None:
         import torch
         from vllm.config import (
             CacheConfig,
@@ -195,7 +196,8 @@ class Lifecycle:
                              enable_chunked_prefill=schedule.chunked, is_encoder_decoder=False,
                              long_prefill_token_threshold=schedule.long_prefill_threshold,
                              scheduler_reserve_full_isl=num_blocks is None)
-        kv = KVTransferConfig(kv_connector="MooncakeStoreConnector", kv_role="kv_both")
+        kv = KVTransferConfig(kv_connector="MooncakeStoreConnector", kv_role="kv_both",
+                              kv_connector_extra_config={"save_decode_cache": True} if save_decode_cache else {})
         self.config = VllmConfig(model_config=mc, cache_config=cc, parallel_config=pc, scheduler_config=sc,
                                  device_config=DeviceConfig(device="cpu"), kv_transfer_config=kv,
                                  speculative_config=spec)
@@ -382,11 +384,12 @@ def lifecycle_tokens(requests: Sequence[tuple[int, int]], lookup: int, seed: int
 def compute_lifecycle_answer(geometry: Geometry, schedule: Schedule, requests: Sequence[tuple[int, int]], lookup: int,
                              seed: int = 7, num_blocks: int | None = None, decode: int = 2,
                              evict: Sequence[tuple[int, int]] = (),
-                             v: types.SimpleNamespace | None = None) -> LifecycleAnswer:
+                             v: types.SimpleNamespace | None = None, save_decode_cache: bool = False) -> LifecycleAnswer:
     """Return vLLM's lifecycle answer for stored requests (P, S) arriving together and one lookup of `lookup` tokens;
     `num_blocks` KV blocks (None: plenty; few: vLLM preempts)."""
     try:
-        lc = Lifecycle(geometry, schedule, max([lookup, *(p for p, _ in requests)]) + decode, v, num_blocks)
+        lc = Lifecycle(geometry, schedule, max([lookup, *(p for p, _ in requests)]) + decode, v, num_blocks,
+                       save_decode_cache)
         stored, look = lifecycle_tokens(requests, lookup, seed)
         return lc.answer(stored, look, decode, evict)
     except Refused as exc:  # the connector's own block-size resolution refused the geometry
@@ -415,6 +418,7 @@ class LifecycleCase:
     decode: int = 2  # tokens each stored request generates before it finishes (long decodes with few blocks: vLLM
     #                  preempts); a request (P, S) with S > P: the lookup continues its conversation through S − P outputs
     evict: tuple[tuple[int, int], ...] = ()  # shards removed before the lookup: (k-th nameable object, rank or -1)
+    save_decode_cache: bool = False  # the connector saves the decode phase too (kv_connector_extra_config)
 
     def scenario(self, rules: str, ends: tuple[tuple[int, ...], ...] | None = None,
                  junctions: tuple[tuple[int, ...], ...] = (), starts: tuple[tuple[int, ...], ...] = ()) -> Any:
@@ -422,7 +426,8 @@ class LifecycleCase:
         and shared-prefix junction (a trace) instead of the schedule's derivation."""
         from kvspec.spec.scenario import Scenario, StoredRequest
         # a request served whole from the local prefix cache computed only its last token: the chunk (P − 1, P)
-        stored = tuple(StoredRequest(prompt=p, shared=s, decoded=self.decode, schedule=None if ends is None else
+        stored = tuple(StoredRequest(prompt=p, shared=s, decoded=self.decode, save_decode_cache=self.save_decode_cache,
+                                     schedule=None if ends is None else
                                      Schedule(ends=ends[k] or (p,),
                                               junctions=(junctions[k] or (0,)) if junctions else (),
                                               starts=(starts[k] or (p - 1,)) if starts else (),
@@ -463,8 +468,9 @@ def draw_lifecycle_case(rng: random.Random) -> LifecycleCase:
     L and of b, below MAX_TOKENS; the lookup identical, longer or sharing a random prefix; in one case of four,
     one or two stored objects evicted on one rank or on all before the lookup. One case in three
     stores 2-4 requests at once (sharing each step's budget), half of those with KV blocks for about one and a
-    half of them, so vLLM preempts and resumes. One lone request in four decodes 1-4 tokens and the lookup continues
-    its conversation through some of them (half of those prompts end on L: what the finish-time save adds)."""
+    half of them, so vLLM preempts and resumes. One lone request in four decodes 1-4 tokens (with save_decode_cache,
+    half of them: up to 3L + b) and the lookup continues its conversation through some of them (half of those
+    prompts end on L: what the finish-time save adds)."""
     from kvspec.spec.geometry import Group, Parallel, compute_lcm_span
     u = rng.choice([16, 32, 64, 128])
     b = u * rng.choice([1, 2, 3, 4, 6, 8, 12])
@@ -504,13 +510,15 @@ def draw_lifecycle_case(rng: random.Random) -> LifecycleCase:
         blocks = per + per // 4
     evict = tuple((rng.randint(0, 99), rng.choice([-1, rng.randint(0, 7)])) for _ in range(rng.randint(1, 2))) \
         if rng.random() < 0.25 else ()
+    save_decode_cache = False
     if count == 1 and rng.random() < 0.25:  # the lookup continues the conversation: through some of its outputs
-        decode = rng.randint(1, 4)
+        save_decode_cache = rng.random() < 0.5  # then the decode phase is stored too: decode a few blocks
+        decode = rng.randint(1, 3 * lcm + b) if save_decode_cache else rng.randint(1, 4)
         p = requests[0][0] if rng.random() < 0.5 else max(lcm, requests[0][0] // lcm * lcm)  # on L: a finish-time save
         s = p + rng.randint(1, decode)
         requests[0], n = (p, s), s + rng.choice([0, rng.randint(1, 3 * u)])
     return LifecycleCase(geometry=g, schedule=schedule, requests=tuple(requests), lookup=n, num_blocks=blocks,
-                         decode=decode, evict=evict)
+                         decode=decode, evict=evict, save_decode_cache=save_decode_cache)
 
 
 def compute_spec_lifecycle(case: LifecycleCase, rules: str, ends: tuple[tuple[int, ...], ...] | None = None,
@@ -549,7 +557,8 @@ def compare_lifecycle(case: LifecycleCase, rules: str, v: types.SimpleNamespace 
 def compute_case_answer(case: LifecycleCase, v: types.SimpleNamespace | None = None) -> LifecycleAnswer:
     """Return vLLM's answer to a case."""
     return compute_lifecycle_answer(case.geometry, case.schedule, case.requests, case.lookup,
-                                    num_blocks=case.num_blocks, decode=case.decode, evict=case.evict, v=v)
+                                    num_blocks=case.num_blocks, decode=case.decode, evict=case.evict, v=v,
+                                    save_decode_cache=case.save_decode_cache)
 
 
 def compare_answers(case: LifecycleCase, rules: str, theirs: LifecycleAnswer) -> dict[str, bool]:

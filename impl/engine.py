@@ -115,7 +115,7 @@ class RankEngine:
     def __init__(self, geometry: Geometry, rank: int, store: StoreClient | None, device: torch.device,
                  width: int = 8, model: str = "kvspec-model", cache_prefix: str = "",
                  all_reduce_min: Callable[[torch.Tensor], None] | None = None, store_rule: str = "pr53324",
-                 lookahead: int = 0, deferred_saves: bool = False) -> None:
+                 lookahead: int = 0, deferred_saves: bool = False, decode_states: bool = False) -> None:
         if store_rule not in STORE_RULES:
             raise ValueError(f"unknown store rule {store_rule!r} (known: {', '.join(STORE_RULES)})")
         self.g = geometry
@@ -126,6 +126,7 @@ class RankEngine:
         self.drop = any(x.eagle for x in geometry.groups) and lookahead == 0
         # vLLM 0.34.0: boundaries whose hash waits for λ outputs are stored once the writer decoded them (plan_objects)
         self.deferred_saves = deferred_saves
+        self.decode_states = decode_states  # with save_decode_cache: decode-phase Mamba states, replay kept every L
         self.rank = rank
         self.store = store
         self.device = device
@@ -172,11 +173,12 @@ class RankEngine:
         """Return the position of the one Mamba state this request keeps off the block grid (0: none)."""
         return self.checkpoint(n_prompt) if self.store_rule == STORE_VLLM else max(self.tail_boundary(n_prompt), 0)
 
-    def prefill(self, tokens: Sequence[int], kv: RequestKV, sampled: int = -1) -> None:
-        """Compute the KV of every position this rank owns, the Mamba state at every block end and at the tail T
-        (`sampled`: the first output, when known: the draft KV of the last position read it)."""
+    def prefill(self, tokens: Sequence[int], kv: RequestKV, sampled: int = -1, prompt: int | None = None) -> None:
+        """Compute the KV of every position this rank owns, the Mamba state at every block end and at the prompt's
+        tail T (`sampled`: the token after the last one, when known: the draft KV of the last position read it;
+        `prompt`: the prompt's length when the tokens go on with its outputs, as a decode phase computes them)."""
         n = len(tokens)
-        tail = self.sub_block_state(n)
+        tail = self.sub_block_state(n if prompt is None else prompt)
         for i, gr in enumerate(self.g.groups):
             if gr.kind == "attention":
                 values = self.model.attention_kv(tokens, i, draft=gr.eagle, sampled=sampled)
@@ -193,39 +195,55 @@ class RankEngine:
                 kv.tensors[i][kv.cow_block(i)] = states[-1]
 
     # ---------------------------------------------------------------- store
-    def plan_objects(self, n_prompt: int, chunk_ends: Sequence[int] | None = None, decoded: int = 0) -> list[Obj]:
+    def plan_objects(self, n_prompt: int, chunk_ends: Sequence[int] | None = None, decoded: int = 0,
+                     decode_saves: bool = False) -> list[Obj]:
         """Return the objects this request stores under the engine's store rule (only boundaries it can key).
 
         `chunk_ends`: where the scheduler ended this request's prefill steps (vLLM's rule: a Mamba state is written
         only where a step ends); None: a step ended at every Mamba block end and at the checkpoint. `decoded`: the
         outputs it generated before finishing; with deferred saves and λ > 0 they complete the hashes of the prompt's
         last boundaries: at finish the whole scheduler blocks of the prompt those hashes now name, and (dense
-        retention) a Mamba state at a block end whose hash a later decode step saw."""
+        retention) a Mamba state at a block end whose hash a later decode step saw. `decode_saves`: the connector
+        saved the decode phase (vLLM's save_decode_cache): its whole scheduler blocks too, and with decode states
+        its Mamba states, replay retention keeping one per scheduler block. A decode-phase object's bytes come from
+        the KV the engine computed for the outputs (`prefill(…, prompt=)`)."""
         named = max(n_prompt - self.lookahead, 0) // self.g.unit * self.g.unit
         objs = [o for o in STORE_RULES[self.store_rule](self, n_prompt) if o[1] <= named]
-        if self.deferred_saves and self.lookahead and decoded:
+        if (self.deferred_saves and self.lookahead and decoded) or decode_saves:
             if self.store_rule != STORE_VLLM:
-                raise ValueError(f"deferred saves are vLLM 0.34.0's, not the {self.store_rule} store rule's")
-            objs = sorted(set(objs) | set(self._deferred_vllm(n_prompt, decoded)))
+                raise ValueError(f"deferred and decode-phase saves are vLLM's, not the {self.store_rule} store rule's")
+            objs = sorted(set(objs) | set(self._deferred_vllm(n_prompt, decoded, decode_saves)))
         if chunk_ends is None:
             return objs
         if self.store_rule != STORE_VLLM:
             raise ValueError(f"the {self.store_rule} store rule assumes a step ended at every Mamba block end")
-        ended = set(chunk_ends)
-        return [(i, t) for i, t in objs if self.g.groups[i].kind == "attention" or t in ended]
+        ended = set(chunk_ends)  # the decode phase ends a step at every token
+        return [(i, t) for i, t in objs if self.g.groups[i].kind == "attention" or t in ended or t > n_prompt]
 
-    def _deferred_vllm(self, n_prompt: int, decoded: int) -> list[Obj]:
-        """Return what the outputs let a vLLM 0.34.0 writer store past its prefill's save (see plan_objects)."""
+    def _deferred_vllm(self, n_prompt: int, decoded: int, decode_saves: bool) -> list[Obj]:
+        """Return what the outputs let a vLLM writer store past its prefill's save (see plan_objects)."""
         g, u, lcm = self.g, self.g.unit, compute_lcm_span(self.g)
         hashed_at_finish = max(n_prompt + decoded - self.lookahead, 0) // u * u
-        whole = min(n_prompt, hashed_at_finish) // lcm * lcm
-        seen_by_a_step = min(n_prompt, n_prompt + decoded - 1 - self.lookahead)
+        reach = n_prompt + decoded - 1 if decode_saves else n_prompt
+        whole = min(reach, hashed_at_finish) // lcm * lcm if decoded and (decode_saves or self.lookahead) else 0
+        seen_by_a_step = n_prompt + decoded - 1 - self.lookahead
+        hashed = max(n_prompt - self.lookahead, 0) // u * u
         out: list[Obj] = []
         for i, gr in enumerate(g.groups):
             if gr.kind == "attention":
                 out += [(i, t) for t in range(self.spans[i], whole + 1, self.spans[i])]
-            elif g.retention == "dense":
-                out += [(i, t) for t in range(gr.block_size, seen_by_a_step + 1, gr.block_size)]
+                continue
+            b = gr.block_size
+            if g.retention == "dense":
+                every = b
+            elif decode_saves and self.decode_states:
+                every = max(lcm // b, 1) * b  # one state per scheduler block; every block when L <= b
+            else:
+                continue
+            # the prompt's states (where a step ended: plan_objects' chunk_ends filter) ...
+            out += [(i, t) for t in range(every, max(hashed, min(n_prompt, seen_by_a_step)) + 1, every)]
+            if decode_saves and self.decode_states:  # ... and the decode phase's: a step ends at every token
+                out += [(i, t) for t in range(every, seen_by_a_step + 1, every) if t > n_prompt]
         return out
 
     def _objects_vllm(self, n_prompt: int) -> list[Obj]:
@@ -303,11 +321,12 @@ class RankEngine:
         return kv.io_block(group, self.object_block(kv, group, boundary))
 
     def store_request(self, tokens: Sequence[int], chain: Sequence[bytes], kv: RequestKV,
-                      chunk_ends: Sequence[int] | None = None, decoded: int = 0) -> StoreReport:
-        """Put this rank's shard of every object of the request, zero-copy, skipping keys that exist (`chunk_ends`,
-        `decoded`: see plan_objects; the chain then also hashes the decoded tokens)."""
+                      chunk_ends: Sequence[int] | None = None, decoded: int = 0,
+                      decode_saves: bool = False) -> StoreReport:
+        """Put this rank's shard of every object of the request, zero-copy, skipping keys that exist (`tokens`: the
+        prompt; `chunk_ends`, `decoded`, `decode_saves`: see plan_objects; the chain then also hashes the outputs)."""
         assert self.store is not None
-        objs = self.plan_objects(len(tokens), chunk_ends, decoded)
+        objs = self.plan_objects(len(tokens), chunk_ends, decoded, decode_saves)
         keys, ptrs, sizes = [], [], []
         for i, t in objs:
             blk = self.object_buffer(kv, i, t)

@@ -51,9 +51,10 @@ class ScenarioJob:
     tail_at_hit: bool = False  # key the tail block at the hit (the legacy loader), else where it was stored
     lookahead: int = 0  # hash lookahead λ on this geometry: keys name [0, t + λ)
     deferred_saves: bool = False  # boundaries whose hash waits for outputs are stored once the writer decoded them
-    stored: tuple[tuple[int, int, int], ...] = ()  # (prompt, shared, decoded) per stored request
-    writers: tuple[tuple[str, int, bool], ...] = ()  # (store rule, λ, deferred saves) of each stored request's engine (a
-    #                                                  mixed fleet); () = the job's own for every one
+    decode_states: bool = False  # save_decode_cache stores decode-phase Mamba states (retention 0 becomes L)
+    stored: tuple[tuple[int, int, int, bool], ...] = ()  # (prompt, shared, decoded, save_decode_cache) per request
+    writers: tuple[tuple[str, int, bool, bool], ...] = ()  # (store rule, λ, deferred saves, decode states) of each
+    #                                                        stored request's engine (a mixed fleet); () = the job's own
     predicted_keys: Mapping[int, tuple[str, ...]] = attrs.field(factory=dict)  # rank -> the spec's store keys
     faults: FaultPlan = FaultPlan()
 
@@ -100,6 +101,7 @@ def _encode_scenario(s: ScenarioJob) -> dict[str, Any]:
     f = s.faults
     return {"seed": s.seed, "prefix": s.prefix, "prompt": s.prompt, "rules": s.rules, "store_rule": s.store_rule,
             "tail_at_hit": s.tail_at_hit, "lookahead": s.lookahead, "deferred_saves": s.deferred_saves,
+            "decode_states": s.decode_states,
             "stored": [list(r) for r in s.stored], "writers": [list(w) for w in s.writers],
             "predicted_keys": _ranked(s.predicted_keys, str),
             "faults": {"evict_before_lookup": _ranked(f.evict_before_lookup, str),
@@ -133,8 +135,8 @@ def _obj(x: Any) -> Obj:
 def _decode_scenario(raw: Any, k: int) -> ScenarioJob:
     what = f"scenario {k}"
     d = _fields(raw, what, {"seed", "prefix", "prompt", "rules"},
-                {"store_rule", "tail_at_hit", "lookahead", "deferred_saves", "stored", "writers", "predicted_keys",
-                 "faults"})
+                {"store_rule", "tail_at_hit", "lookahead", "deferred_saves", "decode_states", "stored", "writers",
+                 "predicted_keys", "faults"})
     fr = _fields(d.get("faults", {}), f"{what} faults", set(), set(attrs.fields_dict(FaultPlan)))
     faults = FaultPlan(
         evict_before_lookup=_decode_ranked(fr.get("evict_before_lookup", {}), "evict_before_lookup", str),
@@ -148,8 +150,9 @@ def _decode_scenario(raw: Any, k: int) -> ScenarioJob:
                        store_rule=str(d.get("store_rule", "pr53324")), tail_at_hit=bool(d.get("tail_at_hit", False)),
                        lookahead=int(d.get("lookahead", 0)),
                        deferred_saves=bool(d.get("deferred_saves", False)),
-                       stored=tuple((int(p), int(s), int(o)) for p, s, o in d.get("stored", [])),
-                       writers=tuple((str(r), int(la), bool(df)) for r, la, df in d.get("writers", [])),
+                       decode_states=bool(d.get("decode_states", False)),
+                       stored=tuple((int(p), int(s), int(o), bool(c)) for p, s, o, c in d.get("stored", [])),
+                       writers=tuple((str(r), int(la), bool(df), bool(ds)) for r, la, df, ds in d.get("writers", [])),
                        predicted_keys=_decode_ranked(d.get("predicted_keys", {}), "predicted_keys", str),
                        faults=faults)
 

@@ -99,9 +99,9 @@ def run_scenario(proc: RankProcess, job: Job, model: TinyHybrid, sc: ScenarioJob
         return list(compute_lookahead_chain(toks, eng.g.unit, eng.lookahead))
 
     stores = []
-    for k, (p, s, o) in enumerate(sc.stored):
-        if o:
-            raise ValueError("the model worker decodes its stored requests itself: a decoded count is not taken")
+    for k, (p, s, o, c) in enumerate(sc.stored):
+        if o or c:
+            raise ValueError("the model worker decodes its stored requests itself: no decoded count or decode saves")
         toks = stored_tokens(base, sc.seed * 1000 + k + 1, p, s)
         kv = runner.new_cache(p + extra)
         runner.run(toks, kv, DECODE, keep=eng.sub_block_state(p))

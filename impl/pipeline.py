@@ -59,24 +59,26 @@ class RankPipeline:
         return self.process.device
 
     def engine(self, prefix: str = "", store_rule: str | None = None, lookahead: int = 0,
-               deferred_saves: bool = False) -> RankEngine:
+               deferred_saves: bool = False, decode_states: bool = False) -> RankEngine:
         """Return this rank's engine for one key namespace (store rule: the job's unless given)."""
         return RankEngine(self.geometry, self.rank, self.store, self.device, width=self.job.width, model=self.job.model,
                           cache_prefix=prefix, all_reduce_min=self.process.all_reduce_min,
                           store_rule=store_rule or self.job.store_rule, lookahead=lookahead,
-                          deferred_saves=deferred_saves)
+                          deferred_saves=deferred_saves, decode_states=decode_states)
 
     def chain(self, eng: RankEngine, tokens: Sequence[int]) -> list[bytes]:
         """Return the request's hash chain (each hash covering λ tokens past its unit)."""
         return list(compute_lookahead_chain(tokens, self.geometry.unit, eng.lookahead))
 
-    def store_request(self, eng: RankEngine, tokens: Sequence[int], decoded: int = 0) -> StoreReport:
+    def store_request(self, eng: RankEngine, tokens: Sequence[int], decoded: int = 0,
+                      decode_saves: bool = False) -> StoreReport:
         """Prefill the request into a registered cache and store its objects (`decoded`: the last tokens are outputs
-        it decoded before finishing: only the prompt before them is prefilled, the chain hashes them too)."""
+        it decoded before finishing; the chain hashes them too, and the KV is computed through them, as its decode
+        steps did: the drafter read the first output; `decode_saves`: save_decode_cache)."""
         prompt = tokens[:len(tokens) - decoded]
-        with registered(self.store, RequestKV(self.geometry, len(prompt), eng.width, self.device)) as kv:
-            eng.prefill(prompt, kv, sampled=tokens[len(prompt)] if decoded else -1)  # the drafter read the output
-            return eng.store_request(prompt, self.chain(eng, tokens), kv, decoded=decoded)
+        with registered(self.store, RequestKV(self.geometry, len(tokens), eng.width, self.device)) as kv:
+            eng.prefill(tokens, kv, prompt=len(prompt))
+            return eng.store_request(prompt, self.chain(eng, tokens), kv, decoded=decoded, decode_saves=decode_saves)
 
     def lookup(self, eng: RankEngine, tokens: Sequence[int], legacy: bool = False, cap: int | None = None) -> LookupReport:
         """Return the hit and tail boundaries every rank agrees on (collective)."""

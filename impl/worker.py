@@ -36,13 +36,14 @@ def request_tokens(base: list[int], seed: int, prompt: int, shared: int) -> list
 def run_scenario(pipe: RankPipeline, sc: ScenarioJob) -> dict[str, Any]:
     """Run one scenario on this rank (collective: every rank runs it) and return its JSON result."""
     rank, store, f = pipe.rank, pipe.store, sc.faults
-    eng = pipe.engine(sc.prefix, sc.store_rule, sc.lookahead, sc.deferred_saves)
+    eng = pipe.engine(sc.prefix, sc.store_rule, sc.lookahead, sc.deferred_saves, sc.decode_states)
     base = make_tokens(sc.seed, sc.prompt)
     t0 = time.perf_counter()
     writers = [pipe.engine(sc.prefix, *sc.writers[k]) if sc.writers else eng for k in range(len(sc.stored))]
     # a request that decoded o tokens: its prompt and outputs (a reader continuing it shares s > p of them)
-    stores = [pipe.store_request(writers[k], request_tokens(base, sc.seed * 1000 + k + 1, p + o, s), decoded=o)
-              for k, (p, s, o) in enumerate(sc.stored)]
+    stores = [pipe.store_request(writers[k], request_tokens(base, sc.seed * 1000 + k + 1, p + o, s), decoded=o,
+                                 decode_saves=c)
+              for k, (p, s, o, c) in enumerate(sc.stored)]
     predicted = list(sc.predicted_keys.get(rank, ()))
     res: dict[str, Any] = {"stores": [st.to_json() for st in stores],
                            "missing_predicted": [k for k, e in zip(predicted, store.exist(predicted)) if e != 1]}

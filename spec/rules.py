@@ -67,6 +67,7 @@ class RuleSet:
     lookahead_scope: str = LOOKAHEAD_ALWAYS  # where λ applies: every geometry, or only one with an EAGLE-family drafter
     eagle_drop: bool = True  # an EAGLE-flagged group's hit drops its last unit when λ = 0 (vLLM); False: never (SGLang)
     deferred_saves: bool = False  # λ > 0: boundaries whose hash waits for outputs are stored once those exist
+    decode_states: bool = False  # save_decode_cache also stores decode-phase Mamba states (retention 0 becomes L)
 
 
 RULE_SETS: dict[str, RuleSet] = {
@@ -139,7 +140,14 @@ RULE_SETS: dict[str, RuleSet] = {
                        "name outputs, so only a reader that continues the conversation (S >= t + λ > P) names them",
                   where="store/scheduler.py: register_finished_lookahead_save (request_finished_all_groups), "
                         "ReqMeta.from_request_tracker (token_len = min(completed, prefill_end_tokens))"),
-        ), deferred_saves=True),
+            Delta(what="with save_decode_cache the decode phase's Mamba states are stored too, and replay retention "
+                       "(interval 0) becomes one state per scheduler block L: states at multiples of L (every block "
+                       "when L <= b), in the prompt where a chunk ended and at every one in the decode phase (0.33.0: "
+                       "decode attention blocks only, #56972)",
+                  where="store/scheduler.py and worker.py: prefix_cache_retention_interval = block_size when "
+                        "save_decode_cache and Mamba and 0; _handle_boundary_state_offloads (is_decode_boundary); "
+                        "single_type_kv_cache_manager.py: reachable_block_mask (one state per segment)"),
+        ), deferred_saves=True, decode_states=True),
     "sglang-0.5.23": RuleSet(
         name="sglang-0.5.23", predecessor=None, engine="SGLang 0.5.23 (HiCache L3 on Mooncake)",
         store=STORE_SGLANG, tail_key=TAIL_STORED, config=CONFIG_SGLANG, lookahead=1,

@@ -91,13 +91,15 @@ class StoredRequest:
     """A request of P prompt tokens that was stored; it shares its first S tokens with the lookup request; its own
     schedule, when it differs from the scenario's (e.g. observed chunk ends); the rule set of the engine that stored
     it, when it differs from the reader's (a mixed fleet); the tokens it decoded before it finished (0: not finished,
-    or nothing decoded) — a reader that continues the conversation shares up to P + O tokens with it."""
+    or nothing decoded) — a reader that continues the conversation shares up to P + O tokens with it; whether its
+    engine saved the decode phase (vLLM's save_decode_cache)."""
 
     prompt: int
     shared: int
     schedule: Schedule | None = None
     rules: str | None = None
     decoded: int = 0
+    save_decode_cache: bool = False  # its connector saved the decode phase too (vLLM's save_decode_cache)
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)
@@ -135,6 +137,9 @@ class Scenario:
             require(not r.decoded or get_rules(r.rules or self.rules).store != STORE_SGLANG, RULE_DECODED,
                     "SGLang inserts a finished request's outputs into its radix tree too (cache_finished_req); kvspec "
                     "states an SGLang writer's prompt only: give decoded 0 under an SGLang rule set")
+            require(not r.save_decode_cache or get_rules(r.rules or self.rules).store == STORE_VLLM_0_33, RULE_DECODED,
+                    f"save_decode_cache is a vLLM connector option: the writer's rule set "
+                    f"{r.rules or self.rules} states no decode-phase saves")
             if r.shared > min(r.prompt + r.decoded, self.prompt):
                 raise SpecError(RULE_SCENARIO, f"shared {r.shared} exceeds min(stored prompt {r.prompt}"
                                                f"{f' + decoded {r.decoded}' if r.decoded else ''}, prompt {self.prompt})")
@@ -248,9 +253,9 @@ def compute_request_visible(g: Geometry, reader: str, request: StoredRequest, st
         return frozenset()
     writer = get_rules(request.rules or reader)
     objects = stages.store(writer, g, Tokens(request.prompt), request.schedule or schedule)
-    if request.decoded:  # what its outputs let it store (spec/store.py: compute_rule_deferred)
+    if request.decoded or request.save_decode_cache:  # what its outputs let it store (store.compute_rule_deferred)
         objects = objects | compute_rule_deferred(writer, g, Tokens(request.prompt), Tokens(request.decoded),
-                                                  request.schedule or schedule)
+                                                  request.schedule or schedule, request.save_decode_cache)
     return compute_visible(objects, Tokens(request.shared), lw)
 
 
@@ -263,9 +268,9 @@ def _compute_stored_compact(g: Geometry, rules_name: str, stored: tuple[StoredRe
         if lw is not None:
             writer = get_rules(r.rules or rules_name)
             mine = compute_rule_objects(writer, g, Tokens(r.prompt), r.schedule or schedule)
-            if r.decoded:
+            if r.decoded or r.save_decode_cache:
                 mine = compute_objects_union((mine, compute_rule_deferred_objects(
-                    writer, g, Tokens(r.prompt), Tokens(r.decoded), r.schedule or schedule)))
+                    writer, g, Tokens(r.prompt), Tokens(r.decoded), r.schedule or schedule, r.save_decode_cache)))
             parts.append(compute_visible_objects(mine, Tokens(r.shared), lw))
     return compute_objects_union(parts)
 
@@ -424,7 +429,8 @@ def encode_scenario(scenario: Scenario) -> dict[str, Any]:
         out["requests"] = [{"prompt": r.prompt, "shared": r.shared,
                             **({"schedule": encode_schedule(r.schedule)} if r.schedule is not None else {}),
                             **({"rules": r.rules} if r.rules is not None else {}),
-                            **({"decoded": r.decoded} if r.decoded else {})}
+                            **({"decoded": r.decoded} if r.decoded else {}),
+                            **({"save_decode_cache": True} if r.save_decode_cache else {})}
                            for r in scenario.stored]
     if scenario.evicted:
         out["evicted"] = [{"group": gid, "boundary": t, "rank": r} for gid, t, r in sorted(scenario.evicted)]
@@ -435,13 +441,14 @@ def encode_scenario(scenario: Scenario) -> dict[str, Any]:
 
 def decode_requests(raw: object) -> tuple[StoredRequest, ...]:
     """Return the stored requests of a JSON list of {"prompt": P, "shared": S[, "schedule": {...}][, "rules": NAME]
-    [, "decoded": O]} (rules: the writer's rule set, when not the reader's; decoded: tokens it decoded before finishing)."""
+    [, "decoded": O][, "save_decode_cache": true]} (rules: the writer's rule set, when not the reader's; decoded: tokens
+    it decoded before finishing; save_decode_cache: its connector saved the decode phase)."""
     require(isinstance(raw, list), RULE_SCENARIO, "requests must be a JSON list")
     out = []
     for item in cast(list[Any], raw):
         require(isinstance(item, dict) and {"prompt", "shared"} <= set(item) <= _REQUEST_KEYS,
                 RULE_SCENARIO, f"each request is {{\"prompt\": P, \"shared\": S[, \"schedule\": {{...}}][, \"rules\": "
-                               f"NAME][, \"decoded\": O]}}, got {item!r}")
+                               f"NAME][, \"decoded\": O][, \"save_decode_cache\": true]}}, got {item!r}")
         writer = item.get("rules")
         require(writer is None or isinstance(writer, str), RULE_SCENARIO, f"a request's rules is a rule set name, "
                                                                           f"got {writer!r}")
@@ -449,11 +456,17 @@ def decode_requests(raw: object) -> tuple[StoredRequest, ...]:
                                  shared=_int(item["shared"], "request shared", 0),
                                  schedule=decode_schedule(item["schedule"]) if "schedule" in item else None,
                                  rules=get_rules(writer).name if writer is not None else None,
-                                 decoded=_int(item.get("decoded", 0), "request decoded", 0)))
+                                 decoded=_int(item.get("decoded", 0), "request decoded", 0),
+                                 save_decode_cache=_bool(item.get("save_decode_cache", False), "save_decode_cache")))
     return tuple(out)
 
 
-_REQUEST_KEYS = frozenset({"prompt", "shared", "schedule", "rules", "decoded"})
+def _bool(x: object, what: str) -> bool:
+    require(isinstance(x, bool), RULE_SCENARIO, f"{what} must be true or false, got {x!r}")
+    return bool(x)
+
+
+_REQUEST_KEYS = frozenset({"prompt", "shared", "schedule", "rules", "decoded", "save_decode_cache"})
 
 
 def decode_evicted(raw: object, dcp: int) -> frozenset[RankObj]:

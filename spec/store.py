@@ -282,43 +282,57 @@ def compute_rule_objects(rules: RuleSet, geometry: Geometry, prompt: Tokens,
 
 
 def compute_deferred_objects_vllm(geometry: Geometry, prompt: Tokens, decoded: Tokens, lookahead: int,
-                                  schedule: Schedule = BLOCK_SCHEDULE) -> Objects:
-    """Return what vLLM 0.34.0 stores for a writer of P prompt tokens once it decoded O (λ > 0: a boundary's hash waits
-    for λ tokens past it, outputs at the prompt's end): at finish each attention group's whole spans up to
-    F = ⌊min(P, ⌊(P + O − λ)/u⌋·u)/L⌋·L; under dense retention each Mamba state k·b <= P of the schedule whose hash
-    a decode step saw before the finish (k·b + λ <= P + O − 1); nothing when λ = 0 or O = 0."""
-    if not lookahead or not decoded:
-        return make_objects({})
-    lcm = compute_lcm_span(geometry)
-    end = min(prompt, compute_hashed_length(geometry, Tokens(prompt + decoded), lookahead)) // lcm * lcm
+                                  schedule: Schedule = BLOCK_SCHEDULE, decode_saves: bool = False,
+                                  decode_states: bool = False) -> Objects:
+    """Return what a vLLM writer of P prompt tokens stores past its prefill's save once it decoded O, with
+    s = P + O − 1 − λ (the last boundary a decode step saw hashed) and L the scheduler block:
+    attention: each group's whole spans up to ⌊min(P + O − 1, ⌊(P + O − λ)/u⌋·u)/L⌋·L with decode saves, else (λ > 0:
+    0.34.0's finish-time save) up to ⌊min(P, ⌊(P + O − λ)/u⌋·u)/L⌋·L;
+    Mamba, kept every r tokens (dense: r = b; replay: none, or r = L with decode saves and decode states, when the
+    connector turns retention 0 into the scheduler block): the schedule's prompt states k·r <= ⌊(P − λ)/u⌋·u or
+    <= min(P, s), and with decode saves and decode states every k·r in (P, s]."""
+    lcm, b_attn = compute_lcm_span(geometry), Tokens(0)
+    if decoded and (decode_saves or lookahead):
+        reach = prompt + decoded - 1 if decode_saves else prompt
+        b_attn = Tokens(min(reach, compute_hashed_length(geometry, Tokens(prompt + decoded), lookahead)) // lcm * lcm)
+    hashed, seen = compute_hashed_length(geometry, prompt, lookahead), prompt + decoded - 1 - lookahead
     c = compute_checkpoint(geometry, prompt, lookahead)
     out: dict[GroupId, Boundaries] = {}
     for gid, g in enumerate(geometry.groups):
         if g.kind == "attention":
-            out[GroupId(gid)] = compute_span_run(geometry, GroupId(gid), end)
-        elif geometry.retention == "dense":
-            states = compute_mamba_state_set(schedule, geometry, prompt, lookahead, g.block_size, c)
-            out[GroupId(gid)] = compute_intersection(make_run(g.block_size, min(prompt, prompt + decoded - 1 - lookahead)),
-                                                     states)
+            out[GroupId(gid)] = compute_span_run(geometry, GroupId(gid), b_attn)
+            continue
+        b = g.block_size
+        every = b if geometry.retention == "dense" else lcm if decode_saves and decode_states else 0
+        if not every:
+            continue
+        every = max(every // b, 1) * b  # one state per segment of `every` tokens: each block at/below b is a boundary
+        states = compute_mamba_state_set(schedule, geometry, prompt, lookahead, b, c)
+        kept = compute_intersection(make_run(every, max(hashed, min(prompt, seen))), states)
+        first, top = (prompt // every + 1) * every, seen // every * every
+        if decode_saves and decode_states and top >= first:  # the decode phase's states: a step ends at every token
+            kept = compute_union(kept, make_boundaries(runs=((first, every, top),)))
+        out[GroupId(gid)] = kept
     return make_objects(out)
 
 
 def compute_rule_deferred_objects(rules: RuleSet, geometry: Geometry, prompt: Tokens, decoded: Tokens,
-                                  schedule: Schedule = BLOCK_SCHEDULE) -> Objects:
-    """Return what a writer stores after its prefill, once it decoded O tokens (the outputs complete the hashes its
-    prompt's last boundaries wait for): compute_deferred_objects_vllm under a rule set with deferred saves, else
-    nothing."""
-    if not rules.deferred_saves or not decoded:
+                                  schedule: Schedule = BLOCK_SCHEDULE, decode_saves: bool = False) -> Objects:
+    """Return what a writer stores past its prefill's save once it decoded O tokens (`decode_saves`: its connector
+    saved the decode phase, vLLM's save_decode_cache): compute_deferred_objects_vllm under a vLLM store rule — the
+    finish-time save when the rule set has deferred saves, decode-phase Mamba states when it has decode states —
+    else nothing."""
+    if rules.store != STORE_VLLM_0_33 or not (decode_saves or (decoded and rules.deferred_saves)):
         return make_objects({})
     return compute_deferred_objects_vllm(compute_rule_geometry(rules, geometry), prompt, decoded,
-                                         compute_lookahead(rules, geometry), schedule)
+                                         compute_lookahead(rules, geometry), schedule, decode_saves, rules.decode_states)
 
 
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs
 def compute_rule_deferred(rules: RuleSet, geometry: Geometry, prompt: Tokens, decoded: Tokens,
-                          schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
+                          schedule: Schedule = BLOCK_SCHEDULE, decode_saves: bool = False) -> frozenset[Obj]:
     """Return compute_rule_deferred_objects' objects as an explicit set."""
-    return list_objects(compute_rule_deferred_objects(rules, geometry, prompt, decoded, schedule))
+    return list_objects(compute_rule_deferred_objects(rules, geometry, prompt, decoded, schedule, decode_saves))
 
 
 @functools.lru_cache(maxsize=65536)  # pure over frozen values: memoized for exhaustive runs

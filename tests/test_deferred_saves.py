@@ -127,28 +127,35 @@ def draw(rng: random.Random) -> tuple[Geometry, int, int]:
 
 
 def test_the_implementation_reads_the_rule_alike():
-    """impl/'s own reading (RankEngine.plan_objects with decoded outputs) equals the spec's stored set plus its
-    deferred saves on 1,500 drawn geometries, prompts and output counts, under every vLLM rule set."""
+    """impl/'s own reading (RankEngine.plan_objects with decoded outputs, with and without save_decode_cache) equals
+    the spec's stored set plus its deferred saves on 1,500 drawn geometries, prompts and output counts, under every
+    vLLM rule set."""
     import torch
 
     from kvspec.checks.adapters import compute_impl_store_rule
     from kvspec.impl.engine import RankEngine
-    rng, compared, deferred = random.Random(28), 0, 0
+    rng, compared, deferred, decode_phase = random.Random(28), 0, 0, 0
     while compared < 1500:
         g, p, o = draw(rng)
         name = rng.choice([V33, V34, "vllm-0.33.0-lookahead"])
+        sdc = rng.random() < 0.5
+        o = o if not sdc else rng.randint(0, 3 * compute_lcm_span(g) + 8)
         rs = get_rules(name)
         try:
-            Scenario(geometry=g, prompt=p, rules=name, stored=(StoredRequest(prompt=p, shared=p, decoded=o),))
+            Scenario(geometry=g, prompt=p, rules=name,
+                     stored=(StoredRequest(prompt=p, shared=p, decoded=o, save_decode_cache=sdc),))
         except SpecError:
             continue
         eng = RankEngine(g, 0, None, torch.device("cpu"), store_rule=compute_impl_store_rule(name),
-                         lookahead=compute_lookahead(rs, g), deferred_saves=rs.deferred_saves)
-        extra = compute_rule_deferred(rs, g, p, o) - compute_rule_store(rs, g, p)
-        assert set(eng.plan_objects(p, decoded=o)) == compute_rule_store(rs, g, p) | extra, (g, p, o, name)
+                         lookahead=compute_lookahead(rs, g), deferred_saves=rs.deferred_saves,
+                         decode_states=rs.decode_states)
+        extra = compute_rule_deferred(rs, g, p, o, decode_saves=sdc) - compute_rule_store(rs, g, p)
+        got = set(eng.plan_objects(p, decoded=o, decode_saves=sdc))
+        assert got == compute_rule_store(rs, g, p) | extra, (g, p, o, name, sdc)
         compared += 1
         deferred += bool(extra)
-    assert deferred > 100  # the sweep exercised the deferred saves
+        decode_phase += any(t > p for _, t in extra)
+    assert deferred > 300 and decode_phase > 100  # the sweep exercised the deferred and the decode-phase saves
 
 
 def test_compact_form_agrees():
@@ -168,20 +175,23 @@ def test_compact_form_agrees():
 
 
 def test_continuing_readers_keep_every_invariant_and_every_byte():
-    """Over drawn geometries, prompts, output counts and continuing readers (S up to P + O, evictions of one shard)
-    under every vLLM rule set: no invariant is violated (load keys stored, Mamba state at h, …), no plan violation,
-    and every loaded byte equals the reader's own (the draft KV at P − 1 read the writer's first output, which the
-    reader shares exactly when S > P)."""
+    """Over drawn geometries, prompts, output counts, save_decode_cache or not, and continuing readers (S up to P + O,
+    evictions of one shard) under every vLLM rule set: no invariant is violated (load keys stored, Mamba state at h,
+    …), no plan violation, and every loaded byte equals the reader's own (the draft KV at P − 1 read the writer's
+    first output, which the reader shares exactly when S > P)."""
     from kvspec.spec.content import compute_wrong_positions
     from kvspec.spec.invariants import compute_plan_violations, compute_violations
-    rng, checked, raised = random.Random(56), 0, 0
+    rng, checked, raised, past = random.Random(56), 0, 0, 0
     while checked < 2000:
         g, p, o = draw(rng)
         name = rng.choice([V33, V34, "vllm-0.33.0-lookahead", "pr53324"])
+        sdc = name != "pr53324" and rng.random() < 0.4
+        o = o if not sdc else rng.randint(0, 3 * compute_lcm_span(g) + 8)
         s = rng.randint(max(0, p - 2), p + o)
         n = max(1, s + rng.randint(0, 3 * g.unit))
         try:
-            sc = Scenario(geometry=g, prompt=n, rules=name, stored=(StoredRequest(prompt=p, shared=s, decoded=o),))
+            sc = Scenario(geometry=g, prompt=n, rules=name,
+                          stored=(StoredRequest(prompt=p, shared=s, decoded=o, save_decode_cache=sdc),))
         except SpecError:
             continue
         objs = sorted(compute_stored(sc))
@@ -195,7 +205,8 @@ def test_continuing_readers_keep_every_invariant_and_every_byte():
         assert not compute_wrong_positions(sc, out), sc
         checked += 1
         raised += s > p and out.hit_length > p - g.unit
-    assert raised > 50
+        past += out.hit_length > p
+    assert raised > 50 and past > 50
 
 
 def test_max_hit_fails_beside_a_second_attention_span():
@@ -212,3 +223,26 @@ def test_max_hit_fails_beside_a_second_attention_span():
     out = evaluate_scenario(sc)
     assert (out.hit_length, compute_witness(sc, out).best) == (64, 88)
     assert compute_violations(sc, out) == ("MAX-HIT",)
+
+
+def test_save_decode_cache_stores_the_decode_phase():
+    """save_decode_cache, u = 32, b = 64, D = 2 (L = 128), P = 300, O = 200 (what vLLM's real scheduler stores, both
+    releases: tests/test_vllm_conformance.py::test_save_decode_cache_is_vllms): the attention blocks of the decode
+    phase up to ⌊499/128⌋·128 = 384 under both releases; under 0.34.0 the decode phase's Mamba states too — every b
+    under dense retention (320, 384, 448), one per L under replay (128 in the prompt, 384); 0.33.0 drops them."""
+    want = {(V34, "replay"): ([128, 256, 288, 384], [128, 256, 288, 384]),
+            (V34, "dense"): ([128, 256, 288, 384], [128, 256, 288, 320, 384, 448]),
+            (V33, "replay"): ([128, 256, 288, 384], [256, 288]),
+            (V33, "dense"): ([128, 256, 288, 384], [128, 256, 288])}
+    from kvspec.spec.schedule import Schedule
+    for (name, retention), (att, mamba) in want.items():
+        g = Geometry(unit=32, groups=(Group(kind="attention", block_size=64), Group(kind="mamba", block_size=64)),
+                     parallel=Parallel(dcp=2), retention=retention)
+        sc = Scenario(geometry=g, prompt=500, rules=name, schedule=Schedule(budget=128),
+                      stored=(StoredRequest(prompt=300, shared=500, decoded=200, save_decode_cache=True),))
+        st = compute_stored(sc)
+        assert ([t for x, t in sorted(st) if x == 0][-4:], [t for x, t in sorted(st) if x == 1]) == (att, mamba), name
+    with pytest.raises(SpecError) as err:
+        Scenario(geometry=LONE, prompt=40, rules="pr53324", stored=(StoredRequest(prompt=32, shared=32,
+                                                                                  save_decode_cache=True),))
+    assert err.value.rule == "decoded-writer"

@@ -18,7 +18,8 @@ def full_job() -> Job:
                        evict_force=False, evict_after_lookup_unforced={1: ((1, 48),)}, hold_before_load="/tmp/x",
                        relookup=True)
     sc = ScenarioJob(seed=3, prefix="p-3", prompt=57, rules="vllm-0.33.0-lookahead", lookahead=1,
-                     store_rule="vllm-0.33.0", tail_at_hit=True, stored=((57, 57, 0), (80, 40, 3)), deferred_saves=True,
+                     store_rule="vllm-0.33.0", tail_at_hit=True, stored=((57, 57, 0, False), (80, 40, 3, True)),
+                     deferred_saves=True, decode_states=True,
                      predicted_keys={0: ("a", "b"), 1: ("c",)}, faults=faults)
     return Job(master="127.0.0.1:1234", geometry=GEOMETRY, model="m", width=4, store_rule="vllm-0.33.0",
                segment_bytes=16 << 20, concurrency=3, scenarios=(sc,),

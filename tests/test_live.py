@@ -150,6 +150,18 @@ def test_deferred_saves_on_real_ranks(master, tmp_path):
     assert totals["bytes_wrong"] == 0 and totals["minus704"] == 0 and totals["bytes_compared"] > 0
 
 
+def test_save_decode_cache_on_real_ranks(master, tmp_path):
+    """save_decode_cache (vLLM 0.34.0, replay retention, D = 2): a writer of 64 prompt tokens decodes 40 and also
+    stores the decode phase — its whole blocks and, one per L = 32, its Mamba states (96) — so a reader continuing
+    through 36 outputs hits 96 (without the option: 60); 0 wrong bytes, no -704, every put key predicted."""
+    g = scaled(2)
+    scs = [Scenario(geometry=g, prompt=110, rules="vllm-0.34.0",
+                    stored=(StoredRequest(prompt=64, shared=100, decoded=40, save_decode_cache=sdc),)) for sdc in (True, False)]
+    assert [evaluate_scenario(sc).hit_length for sc in scs] == [96, 60]
+    totals = run(master, scs, tmp_path, "decode-cache")
+    assert totals["bytes_wrong"] == 0 and totals["minus704"] == 0 and totals["bytes_compared"] > 0
+
+
 def test_mixed_fleet_on_real_ranks(master, tmp_path):
     """A fleet mixing vLLM 0.33.0 and 0.34.0 engines on one store (writers and reader on real rank processes, the
     writers keyed as their own release keys): with an EAGLE drafter the two hash with different λ and name no common

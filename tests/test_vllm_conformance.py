@@ -421,6 +421,34 @@ def test_deferred_saves_are_vllms(v, rules, monkeypatch):
     assert blind == (3 if rules == "vllm-0.34.0" else 0)
 
 
+# save_decode_cache, u = 32, b = 64, D = 2 (L = 128), P = 300 decoding 200, a reader continuing through all of it:
+# (attention boundaries past 256, Mamba boundaries) vLLM's real scheduler stores — the decode phase's attention blocks
+# under both releases, its Mamba states only under 0.34.0 (replay retention then keeps one per L)
+DECODE_CACHE = {"vllm-0.33.0": {"replay": ([288, 384], [256, 288]), "dense": ([288, 384], [128, 256, 288])},
+                "vllm-0.34.0": {"replay": ([288, 384], [128, 256, 288, 384]),
+                                "dense": ([288, 384], [128, 256, 288, 320, 384, 448])}}
+
+
+def test_save_decode_cache_is_vllms(v, rules):
+    """kv_connector_extra_config save_decode_cache on the release's real scheduler: the objects tabled above, kvspec
+    equal per field (chunk ends, stored, hit, tails, every rank's load keys), and kvspec told the writer did not save
+    its decode phase disagrees on stored and hit."""
+    from kvspec.checks.vllm_lifecycle import LifecycleCase, compare_answers, compute_case_answer
+    from kvspec.spec.geometry import Geometry, Group, Parallel
+    from kvspec.spec.schedule import Schedule
+    for retention, (att, mamba) in DECODE_CACHE[rules].items():
+        g = Geometry(unit=32, groups=(Group(kind="attention", block_size=64), Group(kind="mamba", block_size=64)),
+                     parallel=Parallel(dcp=2), retention=retention)
+        case = LifecycleCase(geometry=g, schedule=Schedule(budget=128), requests=((300, 500),), lookup=520, decode=200,
+                             save_decode_cache=True)
+        theirs = compute_case_answer(case, v)
+        objs = sorted({(gid, t) for gid, t, _ in theirs.stored})
+        assert ([t for x, t in objs if x == 0 and t > 256], [t for x, t in objs if x == 1]) == (att, mamba), retention
+        assert all(compare_answers(case, rules, theirs).values()), retention
+        blind = compare_answers(attrs.evolve(case, save_decode_cache=False), rules, theirs)
+        assert not blind["stored"], retention
+
+
 @pytest.mark.parametrize("method, modules", [("eagle", 1), ("eagle3", 1), ("mtp", 1), ("mtp", 2), ("mtp", 3),
                                              ("dspark", 1), ("dflash", 1)])
 def test_lookahead_of_every_drafter_kind_is_vllms(v, rules, method, modules):

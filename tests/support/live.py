@@ -39,18 +39,20 @@ def build_job(master: str, scenarios: list[Scenario], tag: str,
             wrules = get_rules(r.rules or sc.rules)
             toks = request_tokens(base, seed * 1000 + k + 1, r.prompt + r.decoded, r.shared)  # prompt, then outputs
             chain = compute_lookahead_chain(toks, g.unit, compute_lookahead(wrules, g))
-            objs = compute_rule_store(wrules, g, r.prompt) | compute_rule_deferred(wrules, g, r.prompt, r.decoded)
+            objs = compute_rule_store(wrules, g, r.prompt) | compute_rule_deferred(
+                wrules, g, r.prompt, r.decoded, decode_saves=r.save_decode_cache)
             for rank, key in plan_store_keys(g, sorted(objs), chain, MODEL, prefix):
                 predicted.setdefault(int(rank), []).append(render_key(key))
         writers = tuple((compute_impl_store_rule(r.rules or sc.rules), compute_lookahead(get_rules(r.rules or sc.rules), g),
-                         get_rules(r.rules or sc.rules).deferred_saves)
+                         get_rules(r.rules or sc.rules).deferred_saves, get_rules(r.rules or sc.rules).decode_states)
                         for r in sc.stored) if any(r.rules for r in sc.stored) else ()
         evict = (evict_after_lookup or [{}] * len(scenarios))[len(out)]
         rs = get_rules(sc.rules)  # the rank job carries the rule set's data, not its name's meaning
         out.append(ScenarioJob(seed=seed, prefix=prefix, prompt=sc.prompt, rules=sc.rules, lookahead=lookahead,
                                store_rule=compute_impl_store_rule(sc.rules), tail_at_hit=rs.tail_key == TAIL_HIT,
-                               deferred_saves=rs.deferred_saves,
-                               stored=tuple((r.prompt, r.shared, r.decoded) for r in sc.stored), writers=writers,
+                               deferred_saves=rs.deferred_saves, decode_states=rs.decode_states,
+                               stored=tuple((r.prompt, r.shared, r.decoded, r.save_decode_cache) for r in sc.stored),
+                               writers=writers,
                                predicted_keys={r: tuple(ks) for r, ks in predicted.items()},
                                faults=FaultPlan(evict_after_lookup={r: tuple(o) for r, o in evict.items()})))
     return Job(master=master, model=MODEL, geometry=g, scenarios=tuple(out), width=8)
