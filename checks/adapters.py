@@ -10,13 +10,20 @@ engine would (docs/porting.md):
 * ``load_plan(geometry, hit, tails, present, rules)`` — the (group, block, key boundary) of every block it
   loads (E is given for an engine that plans from what it saw; the spec's plan does not need it);
 * ``name`` — what the report calls it; optionally ``claims`` — the classes it supports, per axis of
-  checks/coverage.py (``{"dcp": [1, 2, 4, 8], "pcp": ["PCP=1"]}``; an axis left out: every value). The kit
-  runs only the claimed classes and fails a run that leaves a claimed class without a case.
+  checks/coverage.py (``{"dcp": [1, 2, 4, 8], "pcp": ["PCP=1"]}``; an axis left out: every value) and the
+  ``writer`` axis (``prefill``: every stored request was cut at its prefill; ``finished``: some writer decoded
+  before finishing, or saved its decode phase). The kit runs only the claimed classes and fails a run that leaves
+  a claimed class without a case;
+* optionally ``finish_objects(geometry, prompt, decoded, decode_saves, rules)`` — what a writer of P prompt tokens
+  stores past its prefill once it decoded O tokens (vLLM 0.34.0's finish-time save; with ``decode_saves``, vLLM's
+  save_decode_cache: the decode phase). An adapter without it stores nothing past its prefill, which the
+  ``finished`` vectors of a vLLM rule set reject unless it claims ``{"writer": ["prefill"]}``.
 
 Adapters that ship: ``kvspec.checks.adapters:IMPL`` (kvspec's implementation, impl/, following whatever
 rule set it is told), ``LEGACY`` (the tail keyed at the hit, the loader before vLLM PR #53324, which fails
-with its counterexample), ``kvspec.checks.vllm_oracle:VLLM`` (vLLM 0.33.0's own connector code, in
-``.venv-vllm``), and examples/adapter_minimal.py (a port written from the porting guide alone).
+with its counterexample), ``kvspec.checks.vllm_oracle:VLLM`` (vLLM's own connector code, function by function,
+in a vLLM venv), ``kvspec.checks.sglang_oracle:SGLANG`` (SGLang's own code), and examples/adapter_template.py (a
+port written from the porting guide alone).
 """
 
 from __future__ import annotations
@@ -81,11 +88,20 @@ class ImplAdapter:
         import torch
 
         from kvspec.impl.engine import RankEngine
+        rs = get_rules(rules)
         return RankEngine(geometry, 0, None, torch.device("cpu"), store_rule=self._store_rule(rules),
-                          lookahead=compute_lookahead(get_rules(rules), geometry))
+                          lookahead=compute_lookahead(rs, geometry), deferred_saves=rs.deferred_saves,
+                          decode_states=rs.decode_states)
 
     def store_objects(self, geometry: Geometry, prompt: int, rules: str) -> Iterable[Obj]:
         return self._engine(geometry, rules).plan_objects(prompt) if prompt > 0 else []
+
+    def finish_objects(self, geometry: Geometry, prompt: int, decoded: int, decode_saves: bool,
+                       rules: str) -> Iterable[Obj]:
+        if prompt <= 0:
+            return []
+        eng = self._engine(geometry, rules)
+        return set(eng.plan_objects(prompt, decoded=decoded, decode_saves=decode_saves)) - set(eng.plan_objects(prompt))
 
     def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int,
                rules: str) -> tuple[int, dict[int, int]]:
@@ -151,8 +167,13 @@ def compute_adapter_outcome(adapter: EngineAdapter, scenario: Any) -> dict[str, 
     if scenario.objects is not None:
         stored = set(scenario.objects)
     else:
-        stored = {(int(x), int(t)) for r in scenario.stored for x, t in adapter.store_objects(g, r.prompt, rules)
-                  if t + lookahead <= r.shared}
+        stored = set()
+        for r in scenario.stored:
+            mine = list(adapter.store_objects(g, r.prompt, rules))
+            finish = getattr(adapter, "finish_objects", None)
+            if (r.decoded or r.save_decode_cache) and finish is not None:
+                mine += list(finish(g, r.prompt, r.decoded, r.save_decode_cache, rules))
+            stored |= {(int(x), int(t)) for x, t in mine if t + lookahead <= r.shared}
     present = frozenset(stored - {(int(x), int(t)) for x, t, _ in scenario.evicted})  # E: on every rank
     hit, tails = adapter.lookup(g, present, scenario.prompt, rules)
     plan = adapter.load_plan(g, hit, tails, present, rules) if hit > 0 else []
@@ -204,9 +225,10 @@ def _claimed(adapter: EngineAdapter) -> Mapping[str, Collection[str]]:
     """Return the adapter's claims per axis as strings (no `claims`: every value of every axis)."""
     from .coverage import AXES
     raw = getattr(adapter, "claims", None) or {}
-    unknown = set(raw) - set(AXES)
+    unknown = set(raw) - {*AXES, WRITER_AXIS}
     if unknown:
-        raise SpecError("adapter-claims", f"{adapter.name} claims unknown axes {sorted(unknown)} (known: {AXES})")
+        raise SpecError("adapter-claims", f"{adapter.name} claims unknown axes {sorted(unknown)} "
+                                          f"(known: {(*AXES, WRITER_AXIS)})")
     out: dict[str, Collection[str]] = {}
     for axis, values in raw.items():
         vals = {str(v) for v in values}
@@ -217,8 +239,24 @@ def _claimed(adapter: EngineAdapter) -> Mapping[str, Collection[str]]:
     return out
 
 
+WRITER_AXIS = "writer"  # prefill: every stored request cut at its prefill; finished: one decoded or saved its decode
+
+
+def compute_writer_kind(scenario: Any) -> str:
+    """Return the scenario's value on the writer axis."""
+    return "finished" if any(r.decoded or r.save_decode_cache for r in scenario.stored) else "prefill"
+
+
 def _in_claims(claims: Mapping[str, Collection[str]], values: Mapping[str, str]) -> bool:
-    return all(values[a] in vs for a, vs in claims.items())
+    """Return whether the values lie in the claims (an axis the values do not name is not constrained: a class of
+    checks/coverage.py names no writer)."""
+    return all(a not in values or values[a] in vs for a, vs in claims.items())
+
+
+def compute_axis_values(scenario: Any) -> dict[str, str]:
+    """Return a scenario's value on every axis a claim can name."""
+    from .coverage import classify
+    return {**classify(scenario).axis_values(), WRITER_AXIS: compute_writer_kind(scenario)}
 
 
 @attrs.define
@@ -234,7 +272,7 @@ class Coverage:
 
         from .coverage import classify, compute_boundary_classes
         c = classify(scenario)
-        for axis, value in c.axis_values().items():
+        for axis, value in compute_axis_values(scenario).items():
             cell = self.axes.setdefault(axis, {}).setdefault(value, [0, 0])
             cell[0] += 1
             cell[1] += bad
@@ -280,8 +318,7 @@ def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 
             stopped = True
             break
         sc = decode_scenario(inp)
-        from .coverage import classify
-        if not _in_claims(claims, classify(sc).axis_values()):
+        if not _in_claims(claims, compute_axis_values(sc)):
             skipped += 1
             continue
         run += 1

@@ -279,7 +279,7 @@ class SglangAdapter:
     """
 
     name = "sglang-0.5.23 (SGLang's own code)"
-    claims = {"drafter": ["none", "eagle"], "mix": ["A", "A+M"]}
+    claims = {"drafter": ["none", "eagle"], "mix": ["A", "A+M"], "writer": ["prefill"]}  # kvspec states SGLang's prefill
 
     def __init__(self, root: str | None = None) -> None:
         self.root = root

@@ -113,6 +113,30 @@ def _mutant_counterexamples(rules: str) -> Iterator[Case]:
             yield _explain("mutant-counterexamples", m.name, attrs.evolve(sc, rules=rules))
 
 
+FINISHED_GEOMETRIES = (make_geometry(4, [("attention", 16, True), ("mamba", 16, False)], dcp=2),
+                       make_geometry(4, [("attention", 16, True), ("mamba", 16, False)], dcp=2, retention="dense"),
+                       make_geometry(8, [("attention", 8, True)], dcp=1),
+                       make_geometry(4, [("attention", 8, False), ("mamba", 16, False)], dcp=2))
+
+
+def _finished(rules: str) -> Iterator[Case]:
+    """Writers that decoded before finishing, with and without save_decode_cache, and readers continuing their
+    conversation through every output: what 0.34.0's deferred saves and both releases' decode-phase saves add."""
+    for gi, g in enumerate(FINISHED_GEOMETRIES):
+        if not _admits(rules, g):
+            continue
+        lcm = compute_lcm_span(g)
+        for p in (lcm - 1, lcm, 2 * lcm):
+            for o in (1, 2, 2 * lcm + 3):
+                for sdc in (False, True):
+                    try:
+                        sc = Scenario(geometry=g, prompt=p + o + g.unit, rules=rules,
+                                      stored=(StoredRequest(prompt=p, shared=p + o, decoded=o, save_decode_cache=sdc),))
+                    except SpecError:  # a rule set without decode-phase saves (the PR's store rule) refuses them
+                        continue
+                    yield _explain("finished", f"g{gi}-p{p}-o{o}{'-decode-cache' if sdc else ''}", sc)
+
+
 def _legacy() -> Iterator[Case]:
     yield _explain("counterexample", "kimi-k3-dcp8-15000", _resend(get_preset("kimi-k3-dcp8"), 15000, "legacy"))
     yield _explain("counterexample", "small-dcp2-57", _resend(get_preset("small-dcp2"), 57, "legacy"))
@@ -171,6 +195,7 @@ def compute_cases(rules: str) -> Iterator[Case]:
         return
     yield from _worked(rules)
     yield from _boundaries(rules)
+    yield from _finished(rules)
     yield from _exhaustive_sample(rules)
     yield from _mutant_counterexamples(rules)
     yield from _coverage(rules)

@@ -358,6 +358,9 @@ class VllmAdapter:
     """
 
     name: str = "vllm (its own code, the installed release)"
+    # its store is the prefill's functions (ReqMeta, the sending thread); a writer that decoded is the lifecycle
+    # oracle's (checks/vllm_lifecycle.py: vLLM's real scheduler runs the finish and the decode phase)
+    claims = {"writer": ["prefill"]}
 
     def store_objects(self, geometry: Geometry, prompt: int, rules: str = "vllm-0.33.0") -> Iterable[Obj]:
         if prompt <= 0:

@@ -34,6 +34,14 @@ class TemplateAdapter:
         shard of each). `rules` names the rule set the port claims: get_rules(rules).lookahead is λ."""
         return _engine.store_objects(geometry, prompt, rules)
 
+    def finish_objects(self, geometry: Geometry, prompt: int, decoded: int, decode_saves: bool,
+                       rules: str) -> Iterable[Obj]:
+        """What the store path writes for that request past its prefill once it decoded `decoded` tokens and
+        finished (vLLM 0.34.0 stores the blocks whose lookahead token was an output) and, with `decode_saves`
+        (vLLM's save_decode_cache), during its decode phase. A port that never stores past the prefill returns
+        nothing here and claims {"writer": ["prefill"]}."""
+        return _engine.finish_objects(geometry, prompt, decoded, decode_saves, rules)
+
     def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int,
                rules: str) -> tuple[int, dict[int, int]]:
         """The hit length for a request of `prompt` tokens, and {group id: the boundary its tail block's key

@@ -17,7 +17,7 @@ from kvspec.checks.adapters import IMPL, Obj
 from kvspec.spec.geometry import Geometry
 
 BUGS = ("legacy_tail_large_dcp", "interleave_span", "pcp_span", "large_prompt", "dcp_load_plan", "dense_as_replay",
-        "draft_group_flag")
+        "draft_group_flag", "finish_save_forgotten")
 
 
 @attrs.frozen
@@ -31,10 +31,17 @@ class Injected:
     lookup_geometry: Any = None
     lookup_prompt: Any = None  # the length the buggy lookup probes up to
     tail_at_hit: bool = False  # the legacy loader's tail key
+    finish: Any = None  # (geometry, decoded, decode_saves) -> bool: where the port stores nothing past its prefill
 
     def store_objects(self, geometry: Geometry, prompt: int, rules: str) -> list[Obj]:
         g = self.store_geometry(geometry) if self.store_geometry and self.when(geometry, prompt) else geometry
         return list(IMPL.store_objects(g, prompt, rules))
+
+    def finish_objects(self, geometry: Geometry, prompt: int, decoded: int, decode_saves: bool,
+                       rules: str) -> list[Obj]:
+        if self.finish is not None and self.finish(geometry, decoded, decode_saves):
+            return []
+        return list(IMPL.finish_objects(geometry, prompt, decoded, decode_saves, rules))
 
     def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int, rules: str) -> tuple[int, dict[int, int]]:
         on = self.when(geometry, prompt)
