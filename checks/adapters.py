@@ -69,7 +69,9 @@ def compute_impl_store_rule(rules: str) -> str:
     if store not in (STORE_PR53324, STORE_VLLM_0_33):
         raise SpecError("impl-rules", f"the implementation (impl/) has no store rule for rule set {rules} "
                                       f"(store rule {store}): only pr53324's and vLLM's")
-    return "pr53324" if store == STORE_PR53324 else "vllm-0.33.0"
+    from kvspec.impl.job import STORE_PR53324 as IMPL_TAIL
+    from kvspec.impl.job import STORE_VLLM as IMPL_CHECKPOINT
+    return IMPL_TAIL if store == STORE_PR53324 else IMPL_CHECKPOINT
 
 
 @attrs.frozen
@@ -79,7 +81,7 @@ class ImplAdapter:
 
     name: str = "kvspec-impl"
     legacy: bool = False  # key the tail block at the hit (the loader before #53324), whatever the rule set says
-    store_rule: str | None = None  # fix the store rule ("pr53324" or "vllm-0.33.0"); None: the rule set's
+    store_rule: str | None = None  # fix impl/'s store rule ("prompt-tail" or "checkpoint"); None: the rule set's
 
     def _store_rule(self, rules: str) -> str:
         return self.store_rule if self.store_rule is not None else compute_impl_store_rule(rules)
@@ -116,7 +118,7 @@ class ImplAdapter:
 
 
 IMPL = ImplAdapter()
-LEGACY = ImplAdapter(name="legacy-loader", legacy=True, store_rule="pr53324")
+LEGACY = ImplAdapter(name="legacy-loader", legacy=True, store_rule="prompt-tail")
 
 
 def load_adapter(spec: str) -> EngineAdapter:

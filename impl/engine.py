@@ -26,6 +26,7 @@ from kvspec.spec.keys import StoreKey, render_key
 from kvspec.spec.types import Rank
 
 from .device import needs_staging
+from .job import STORE_PR53324, STORE_VLLM
 from .lookup import HybridLookup
 from .mooncake_store import NO_AVAILABLE_HANDLE, StoreClient
 from .reports import LoadReport, LookupReport, StoreReport
@@ -36,8 +37,6 @@ Obj = tuple[int, int]
 
 
 # the implementation's store rules (the rank job's `store_rule`; the harness maps a rule set's store field to one)
-STORE_PR53324 = "pr53324"  # T = ⌊P/u⌋·u − e·u; a tail only off some Mamba block
-STORE_VLLM = "vllm-0.33.0"  # vLLM's connector: checkpoint C, the partial tail to C + the proof margin
 
 class RequestKV:
     """Paged KV of one request on one rank: attention [blocks, b, W] (this rank's slots), Mamba [blocks+1, W].
@@ -114,7 +113,7 @@ class RankEngine:
 
     def __init__(self, geometry: Geometry, rank: int, store: StoreClient | None, device: torch.device,
                  width: int = 8, model: str = "kvspec-model", cache_prefix: str = "",
-                 all_reduce_min: Callable[[torch.Tensor], None] | None = None, store_rule: str = "pr53324",
+                 all_reduce_min: Callable[[torch.Tensor], None] | None = None, store_rule: str = STORE_PR53324,
                  lookahead: int = 0, deferred_saves: bool = False, decode_states: bool = False) -> None:
         if store_rule not in STORE_RULES:
             raise ValueError(f"unknown store rule {store_rule!r} (known: {', '.join(STORE_RULES)})")

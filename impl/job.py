@@ -13,6 +13,10 @@ import attrs
 
 from kvspec.spec.geometry import Geometry, decode_geometry_input, encode_geometry_input
 
+# the implementation's store rules (engine.STORE_RULES), its own vocabulary: a rule set's store field maps to one
+STORE_PR53324 = "prompt-tail"  # PR #53324's: T = ⌊P/u⌋·u − e·u; a tail only off some Mamba block
+STORE_VLLM = "checkpoint"  # vLLM's connector: checkpoint C, the partial tail to C + the proof margin
+
 Obj = tuple[int, int]  # (group, boundary t)
 
 
@@ -47,7 +51,7 @@ class ScenarioJob:
     prefix: str  # the scenario's key namespace (cache prefix)
     prompt: int
     rules: str  # the rule set's name, for reports only: what the engine does comes from the data fields below
-    store_rule: str = "pr53324"  # engine.STORE_RULES: the rule set's store rule
+    store_rule: str = STORE_PR53324  # engine.STORE_RULES: the rule set's store rule
     tail_at_hit: bool = False  # key the tail block at the hit (the legacy loader), else where it was stored
     lookahead: int = 0  # hash lookahead λ on this geometry: keys name [0, t + λ)
     deferred_saves: bool = False  # boundaries whose hash waits for outputs are stored once the writer decoded them
@@ -76,7 +80,7 @@ class Job:
     geometry: Geometry
     model: str = "kvspec-model"
     width: int = 8  # int32 values per attention token row
-    store_rule: str = "pr53324"  # of the command-driven entry points (a scenario names its own); engine.STORE_RULES
+    store_rule: str = STORE_PR53324  # of the command-driven entry points (a scenario names its own); engine.STORE_RULES
     segment_bytes: int = 64 << 20
     concurrency: int = 16  # the load worker's thread pool
     scenarios: tuple[ScenarioJob, ...] = ()
@@ -147,7 +151,7 @@ def _decode_scenario(raw: Any, k: int) -> ScenarioJob:
                                                    "evict_after_lookup_unforced", _obj),
         hold_before_load=fr.get("hold_before_load"), relookup=bool(fr.get("relookup", False)))
     return ScenarioJob(seed=int(d["seed"]), prefix=str(d["prefix"]), prompt=int(d["prompt"]), rules=str(d["rules"]),
-                       store_rule=str(d.get("store_rule", "pr53324")), tail_at_hit=bool(d.get("tail_at_hit", False)),
+                       store_rule=str(d.get("store_rule", STORE_PR53324)), tail_at_hit=bool(d.get("tail_at_hit", False)),
                        lookahead=int(d.get("lookahead", 0)),
                        deferred_saves=bool(d.get("deferred_saves", False)),
                        decode_states=bool(d.get("decode_states", False)),

@@ -18,10 +18,10 @@ def full_job() -> Job:
                        evict_force=False, evict_after_lookup_unforced={1: ((1, 48),)}, hold_before_load="/tmp/x",
                        relookup=True)
     sc = ScenarioJob(seed=3, prefix="p-3", prompt=57, rules="vllm-0.33.0-lookahead", lookahead=1,
-                     store_rule="vllm-0.33.0", tail_at_hit=True, stored=((57, 57, 0, False), (80, 40, 3, True)),
+                     store_rule="checkpoint", tail_at_hit=True, stored=((57, 57, 0, False), (80, 40, 3, True)),
                      deferred_saves=True, decode_states=True,
                      predicted_keys={0: ("a", "b"), 1: ("c",)}, faults=faults)
-    return Job(master="127.0.0.1:1234", geometry=GEOMETRY, model="m", width=4, store_rule="vllm-0.33.0",
+    return Job(master="127.0.0.1:1234", geometry=GEOMETRY, model="m", width=4, store_rule="checkpoint",
                segment_bytes=16 << 20, concurrency=3, scenarios=(sc,),
                transfer=TransferPlan(tokens=64, mamba_width=2, repeats=1))
 
@@ -38,10 +38,10 @@ def test_scenario_job_carries_the_rule_sets_data_not_its_name():
     the name is only reported."""
     from kvspec.checks.adapters import compute_impl_store_rule
     sc = full_job().scenarios[0]
-    assert (sc.store_rule, sc.tail_at_hit, sc.lookahead) == ("vllm-0.33.0", True, 1)
-    assert ScenarioJob(seed=1, prefix="x", prompt=9, rules="anything").store_rule == "pr53324"  # the default
+    assert (sc.store_rule, sc.tail_at_hit, sc.lookahead) == ("checkpoint", True, 1)
+    assert ScenarioJob(seed=1, prefix="x", prompt=9, rules="anything").store_rule == "prompt-tail"  # the default
     assert [compute_impl_store_rule(r) for r in ("legacy", "pr53324", "vllm-0.33.0", "vllm-0.34.0")] == \
-        ["pr53324", "pr53324", "vllm-0.33.0", "vllm-0.33.0"]
+        ["prompt-tail", "prompt-tail", "checkpoint", "checkpoint"]  # impl/'s own vocabulary, not rule-set names
 
 
 def test_removed_after_lookup_leaves_out_the_unforced_removals():
