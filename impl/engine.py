@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -321,9 +320,10 @@ class RankEngine:
 
     def store_request(self, tokens: Sequence[int], chain: Sequence[bytes], kv: RequestKV,
                       chunk_ends: Sequence[int] | None = None, decoded: int = 0,
-                      decode_saves: bool = False) -> StoreReport:
+                      decode_saves: bool = False, reput: bool = False) -> StoreReport:
         """Put this rank's shard of every object of the request, zero-copy, skipping keys that exist (`tokens`: the
-        prompt; `chunk_ends`, `decoded`, `decode_saves`: see plan_objects; the chain then also hashes the outputs)."""
+        prompt; `chunk_ends`, `decoded`, `decode_saves`: see plan_objects; the chain then also hashes the outputs;
+        `reput`: a fault, FaultPlan.reput)."""
         assert self.store is not None
         objs = self.plan_objects(len(tokens), chunk_ends, decoded, decode_saves)
         keys, ptrs, sizes = [], [], []
@@ -333,9 +333,9 @@ class RankEngine:
             ptrs.append(blk.data_ptr())
             sizes.append(blk.numel() * blk.element_size())
         kv.stage_out([(i, self.object_block(kv, i, t)) for i, t in objs])  # and waits for the device
-        # KVSPEC_FAULT_REPUT=1 (tests only): skip the existence check, re-putting keys that exist (write-once keeps
+        # reput (FaultPlan.reput, tests only): skip the existence check, re-putting keys that exist (write-once keeps
         # the first value, so only the harness's redundant-put count can tell)
-        exists = [0] * len(keys) if os.environ.get("KVSPEC_FAULT_REPUT") == "1" else self.store.exist(keys)
+        exists = [0] * len(keys) if reput else self.store.exist(keys)
         todo = [k for k, e in enumerate(exists) if e != 1]
         rcs = self.store.put([keys[k] for k in todo], [ptrs[k] for k in todo], [sizes[k] for k in todo])
         return StoreReport(objects=tuple(objs), put=tuple(keys[k] for k, rc in zip(todo, rcs) if rc == 0),

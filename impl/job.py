@@ -28,6 +28,8 @@ class JobError(ValueError):
 class FaultPlan:
     """The faults one scenario injects into the rank pipeline, in the order they act; all off by default."""
 
+    reput: bool = False  # the store path skips its existence check and puts keys that exist again
+
     evict_before_lookup: Mapping[int, tuple[str, ...]] = attrs.field(factory=dict)  # rank -> keys removed (forced)
     crash_after_store: int | None = None  # this rank SIGKILLs itself once its stores are done
     evict_after_lookup: Mapping[int, tuple[Obj, ...]] = attrs.field(factory=dict)  # rank -> objects removed
@@ -113,7 +115,7 @@ def _encode_scenario(s: ScenarioJob) -> dict[str, Any]:
                        "evict_after_lookup": _ranked(f.evict_after_lookup),
                        "evict_force": f.evict_force,
                        "evict_after_lookup_unforced": _ranked(f.evict_after_lookup_unforced),
-                       "hold_before_load": f.hold_before_load, "relookup": f.relookup}}
+                       "hold_before_load": f.hold_before_load, "relookup": f.relookup, "reput": f.reput}}
 
 
 def _fields(raw: Any, what: str, required: set[str], optional: set[str]) -> dict[str, Any]:
@@ -149,7 +151,8 @@ def _decode_scenario(raw: Any, k: int) -> ScenarioJob:
         evict_force=bool(fr.get("evict_force", True)),
         evict_after_lookup_unforced=_decode_ranked(fr.get("evict_after_lookup_unforced", {}),
                                                    "evict_after_lookup_unforced", _obj),
-        hold_before_load=fr.get("hold_before_load"), relookup=bool(fr.get("relookup", False)))
+        hold_before_load=fr.get("hold_before_load"), relookup=bool(fr.get("relookup", False)),
+        reput=bool(fr.get("reput", False)))
     return ScenarioJob(seed=int(d["seed"]), prefix=str(d["prefix"]), prompt=int(d["prompt"]), rules=str(d["rules"]),
                        store_rule=str(d.get("store_rule", STORE_PR53324)), tail_at_hit=bool(d.get("tail_at_hit", False)),
                        lookahead=int(d.get("lookahead", 0)),

@@ -71,14 +71,15 @@ class RankPipeline:
         return list(compute_lookahead_chain(tokens, self.geometry.unit, eng.lookahead))
 
     def store_request(self, eng: RankEngine, tokens: Sequence[int], decoded: int = 0,
-                      decode_saves: bool = False) -> StoreReport:
+                      decode_saves: bool = False, reput: bool = False) -> StoreReport:
         """Prefill the request into a registered cache and store its objects (`decoded`: the last tokens are outputs
         it decoded before finishing; the chain hashes them too, and the KV is computed through them, as its decode
         steps did: the drafter read the first output; `decode_saves`: save_decode_cache)."""
         prompt = tokens[:len(tokens) - decoded]
         with registered(self.store, RequestKV(self.geometry, len(tokens), eng.width, self.device)) as kv:
             eng.prefill(tokens, kv, prompt=len(prompt))
-            return eng.store_request(prompt, self.chain(eng, tokens), kv, decoded=decoded, decode_saves=decode_saves)
+            return eng.store_request(prompt, self.chain(eng, tokens), kv, decoded=decoded, decode_saves=decode_saves,
+                                     reput=reput)
 
     def lookup(self, eng: RankEngine, tokens: Sequence[int], legacy: bool = False, cap: int | None = None) -> LookupReport:
         """Return the hit and tail boundaries every rank agrees on (collective)."""

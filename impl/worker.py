@@ -42,7 +42,7 @@ def run_scenario(pipe: RankPipeline, sc: ScenarioJob) -> dict[str, Any]:
     writers = [pipe.engine(sc.prefix, *sc.writers[k]) if sc.writers else eng for k in range(len(sc.stored))]
     # a request that decoded o tokens: its prompt and outputs (a reader continuing it shares s > p of them)
     stores = [pipe.store_request(writers[k], request_tokens(base, sc.seed * 1000 + k + 1, p + o, s), decoded=o,
-                                 decode_saves=c)
+                                 decode_saves=c, reput=f.reput)
               for k, (p, s, o, c) in enumerate(sc.stored)]
     predicted = list(sc.predicted_keys.get(rank, ()))
     res: dict[str, Any] = {"stores": [st.to_json() for st in stores],

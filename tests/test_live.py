@@ -109,13 +109,13 @@ def test_differential_two_attention_spans_two_mamba_sizes(master, tmp_path, rete
 
 
 def test_redundant_puts_are_counted(master, tmp_path):
-    """A store path that re-puts keys that exist (KVSPEC_FAULT_REPUT=1 skips the existence check) loads the right
+    """A store path that re-puts keys that exist (FaultPlan.reput skips the existence check) loads the right
     bytes (write-once keeps the first value) but the harness counts the redundant puts and fails."""
     g = scaled(2)
     sc = Scenario(geometry=g, prompt=90, stored=(StoredRequest(prompt=90, shared=90), StoredRequest(prompt=100, shared=90)),
                   rules="vllm-0.33.0")
     with pytest.raises(AssertionError, match="redundant puts"):
-        run(master, [sc], tmp_path, "reput", env={"KVSPEC_FAULT_REPUT": "1"})
+        run(master, [sc], tmp_path, "reput", faults={"reput": True})
     assert run(master, [sc], tmp_path, "no-reput")["bytes_wrong"] == 0
 
 

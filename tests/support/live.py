@@ -119,9 +119,12 @@ def compare(scenarios: list[Scenario], job: Job, ranks: list[dict[str, Any]]) ->
     return totals
 
 
-def run(master, scenarios, tmp_path, tag, evict_after_lookup=None, env=None):
-    """Run the scenarios on real rank processes against `master`; print and return the comparison totals."""
+def run(master, scenarios, tmp_path, tag, evict_after_lookup=None, env=None, faults=None):
+    """Run the scenarios on real rank processes against `master`; print and return the comparison totals (`faults`:
+    FaultPlan fields set on every scenario)."""
     job = build_job(master.address, scenarios, tag, evict_after_lookup)
+    for k in range(len(scenarios)) if faults else ():
+        job = with_faults(job, k, **faults)
     from kvspec.impl import cluster  # needs torch and the Mooncake wheel (the live tests check both)
     ranks = cluster.run_ranks(job, scenarios[0].geometry.parallel.dcp, timeout_s=600, workdir=str(tmp_path), env=env)
     totals = compare(scenarios, job, ranks)
