@@ -373,15 +373,15 @@ def test_lifecycle_oracle_sees_the_schedule(v, rules):
 def test_lifecycle_comparison_can_fail(v, rules):
     """The lifecycle oracle has power: kvspec under the block schedule (a Mamba state at every block end, the model
     before issue 29) disagrees with vLLM's scheduler on some of the same cases, per field."""
-    from kvspec.checks.vllm_lifecycle import compute_lifecycle_answer, compute_spec_lifecycle, iterate_lifecycle_cases
+    from kvspec.checks.vllm_lifecycle import compute_case_answer, compute_spec_lifecycle, iterate_lifecycle_cases
     from kvspec.spec.schedule import BLOCK_SCHEDULE
     bad = {"stored": 0, "hit": 0}
     for case in iterate_lifecycle_cases(60, seed=0):
         if not case.derives():
             continue
-        theirs = compute_lifecycle_answer(case.geometry, case.schedule, case.requests, case.lookup, v=v)
-        mine = compute_spec_lifecycle(case, rules)
-        block = compute_spec_lifecycle(attrs.evolve(case, schedule=BLOCK_SCHEDULE), rules)
+        theirs = compute_case_answer(case, v)  # the case's decode and save_decode_cache, as kvspec reads them
+        mine = compute_spec_lifecycle(case, rules, evicted=theirs.evicted)
+        block = compute_spec_lifecycle(attrs.evolve(case, schedule=BLOCK_SCHEDULE), rules, evicted=theirs.evicted)
         assert (mine.stored, mine.hit) == (theirs.stored, theirs.hit)
         bad["stored"] += block.stored != theirs.stored
         bad["hit"] += block.hit != theirs.hit
