@@ -16,6 +16,8 @@ rows state per rule set whether the property holds (or is refuted, with a runnab
   draft-KV hazard is a refutation under the legacy hashes, closed by hash lookahead.
 * ``COMPACT`` — the spec answered on runs and points (spec/boundaries.py), as scenarios past the explicit
   limit are, equals the explicit spec on every scenario: E, h, tails, load plan, error.
+* ``FINISHED`` — writers that decoded, with and without save_decode_cache, read by a lookup continuing their
+  conversation: every invariant holds and every loaded byte is the reader's own (spec/README.md "Deferred saves").
 * ``SPLIT`` — a rule set whose λ applies only with a drafter (``vllm-0.34.0``) equals its predecessor
   without one and its λ-everywhere sibling with one, scenario by scenario.
 """
@@ -28,8 +30,9 @@ from typing import Any, cast
 import attrs
 
 from kvspec.spec.content import compute_wrong_positions
+from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, compute_lcm_span
-from kvspec.spec.invariants import compute_verdict_key
+from kvspec.spec.invariants import compute_plan_violations, compute_verdict_key, compute_violations
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
 from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
 from kvspec.spec.scenario import (
@@ -155,6 +158,30 @@ def iterate_mono_more(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]
                 yield Instance(h >= base, sc, f"storing {q} tokens sharing {sq}: h {base} -> {h}")
 
 
+def iterate_finished(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+    """Yield, per stored prompt of the geometry's scope, writers that decoded O ∈ {1, 2, L + 1} tokens, with and
+    without save_decode_cache, read by a lookup continuing through every output (and, evicted, without one stored
+    object's shard): whether the answer keeps every scenario invariant (MAX-HIT included), loads only planned keys
+    that were stored, and every loaded byte equals the reader's own."""
+    lcm = compute_lcm_span(g)
+    for p in sorted({sc.stored[0].prompt for sc in iterate_scenarios(g, rules=rules, evict=False)
+                     if len(sc.stored) == 1}):
+        for o in (1, 2, lcm + 1):
+            for sdc in (False, True):
+                try:
+                    sc = Scenario(geometry=g, prompt=p + o + g.unit, rules=rules,
+                                  stored=(StoredRequest(prompt=p, shared=p + o, decoded=o, save_decode_cache=sdc),))
+                except SpecError:
+                    continue
+                objs = sorted(memo.outcome(sc).present)
+                evicted = [frozenset({(g_, t_, Rank(0))}) for g_, t_ in objs[len(objs) // 2:][:1]]  # one shard, rank 0
+                for one in (sc, *(attrs.evolve(sc, evicted=e) for e in evicted)):
+                    out = evaluate_scenario(one)
+                    bad = (*compute_violations(one, out), *compute_plan_violations(one, out))
+                    wrong = compute_wrong_positions(one, out)
+                    yield Instance(not bad and not wrong, one, f"violations {list(bad)}, {len(wrong)} wrong positions")
+
+
 def iterate_content(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether every loaded byte is what the reader computes itself (it
     reads the whole load, not only h)."""
@@ -213,6 +240,8 @@ PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str, Memo], Iterator[Instan
     "MONO-PREFIX": ("a longer shared prefix never lowers the hit", iterate_mono_prefix),
     "MONO-EVICT": ("evicting one rank's shard of a stored object never raises the hit", iterate_mono_evict),
     "MONO-MORE": ("storing one more request never lowers the hit", iterate_mono_more),
+    "FINISHED": ("a writer that decoded (and saved its decode phase or not), read by a lookup continuing its "
+                 "conversation: every invariant holds and every loaded byte is the reader's own", iterate_finished),
     "CONTENT": ("every loaded byte equals what the reader computes (attention at p on [0, p], draft at p on "
                 "[0, p + 1], Mamba after t on [0, t); spec/content.py)", iterate_content),
     "COMPACT": ("the spec on runs and points (what a scenario past the explicit limit gets: spec/boundaries.py) answers "

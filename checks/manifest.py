@@ -600,6 +600,8 @@ EFFICIENCY: tuple[tuple[str, str, str, int, int | None], ...] = (
     ("CONTENT", "vllm-0.33.0-lookahead", "holds", 7, None), ("BEST", "vllm-0.33.0-lookahead", "holds", 11, None),
     ("RESEND", "vllm-0.33.0-lookahead", "holds", 3, None), ("MONO-EVICT", "vllm-0.33.0-lookahead", "holds", 7, None),
     ("SPLIT", "vllm-0.34.0", "holds", 3, None), ("CONTENT", "vllm-0.34.0", "holds", 7, None),
+    # issue 28: writers that decoded (deferred saves) or saved their decode phase, read by a continuing lookup
+    ("FINISHED", "vllm-0.34.0", "holds", 13, None), ("FINISHED", "vllm-0.33.0", "holds", 13, None),
     # SGLang (issue 32): the draft-KV hazard of Mamba hybrids with EAGLE (plain page keys), closed by bigram keys; every
     # geometry of the scope SGLang runs (its configuration refuses the rest)
     ("CONTENT", "sglang-0.5.23", "refuted", 1, 571), ("CONTENT", "sglang-0.5.23-bigram", "holds", 1, None),
