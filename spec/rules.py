@@ -6,7 +6,8 @@ PR's rules and its worked table), ``vllm-0.33.0`` (what that release's connector
 release that shipped lookahead hashes where an EAGLE-family drafter needs them; the default) and
 ``sglang-0.5.23`` (a second engine: SGLang's HiCache L3 on Mooncake, whole-page hits).
 A rule set is one frozen value; the stages that differ between rule sets dispatch on its fields
-(store rule, tail key, configuration refusals, hash lookahead), nothing else.
+(store rule, tail key, configuration refusals, hash lookahead, what a writer stores once it decoded),
+nothing else.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class Delta:
 
 @attrs.frozen(kw_only=True, cache_hash=True)
 class RuleSet:
-    """A named rule set: the store rule, the tail-key rule, configuration refusals and hash lookahead."""
+    """A named rule set: the store rule, the tail-key rule, configuration refusals, hash lookahead, and what a writer
+    stores past its prefill (deferred saves, decode-phase states)."""
 
     name: str
     predecessor: str | None
