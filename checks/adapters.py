@@ -43,6 +43,7 @@ import attrs
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry
 from kvspec.spec.rules import STORE_PR53324, STORE_VLLM_0_33, TAIL_HIT, compute_lookahead, get_rules
+from kvspec.spec.scenario import has_outputs
 
 Obj = tuple[int, int]  # (group id, boundary t): the object keyed H_t of that group
 
@@ -173,7 +174,7 @@ def compute_adapter_outcome(adapter: EngineAdapter, scenario: Any) -> dict[str, 
         for r in scenario.stored:
             mine = list(adapter.store_objects(g, r.prompt, rules))
             finish = getattr(adapter, "finish_objects", None)
-            if (r.decoded or r.save_decode_cache) and finish is not None:
+            if has_outputs(r) and finish is not None:
                 mine += list(finish(g, r.prompt, r.decoded, r.save_decode_cache, rules))
             stored |= {(int(x), int(t)) for x, t in mine if t + lookahead <= r.shared}
     present = frozenset(stored - {(int(x), int(t)) for x, t, _ in scenario.evicted})  # E: on every rank
@@ -246,7 +247,7 @@ WRITER_AXIS = "writer"  # prefill: every stored request cut at its prefill; fini
 
 def compute_writer_kind(scenario: Any) -> str:
     """Return the scenario's value on the writer axis."""
-    return "finished" if any(r.decoded or r.save_decode_cache for r in scenario.stored) else "prefill"
+    return "finished" if any(has_outputs(r) for r in scenario.stored) else "prefill"
 
 
 def _in_claims(claims: Mapping[str, Collection[str]], values: Mapping[str, str]) -> bool:

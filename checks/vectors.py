@@ -35,7 +35,14 @@ from kvspec.spec.geometry import Geometry, compute_group_ids, compute_lcm_span, 
 from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, compute_hash_at, compute_lookahead_chain
 from kvspec.spec.presets import get_preset
 from kvspec.spec.rules import check_config, get_rules
-from kvspec.spec.scenario import Scenario, StoredRequest, encode_outcome, encode_scenario, evaluate_scenario
+from kvspec.spec.scenario import (
+    RULE_DECODED,
+    Scenario,
+    StoredRequest,
+    encode_outcome,
+    encode_scenario,
+    evaluate_scenario,
+)
 from kvspec.spec.types import Boundary
 
 from .rulesets import RULE_CHECKS, VECTORS_COUNTEREXAMPLES, get_rule_checks, list_rules
@@ -132,7 +139,9 @@ def _finished(rules: str) -> Iterator[Case]:
                     try:
                         sc = Scenario(geometry=g, prompt=p + o + g.unit, rules=rules,
                                       stored=(StoredRequest(prompt=p, shared=p + o, decoded=o, save_decode_cache=sdc),))
-                    except SpecError:  # a rule set without decode-phase saves (the PR's store rule) refuses them
+                    except SpecError as err:  # a rule set without decode-phase saves (the PR's store rule) refuses
+                        if err.rule != RULE_DECODED:  # them; nothing else may be skipped
+                            raise
                         continue
                     yield _explain("finished", f"g{gi}-p{p}-o{o}{'-decode-cache' if sdc else ''}", sc)
 

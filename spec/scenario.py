@@ -102,6 +102,11 @@ class StoredRequest:
     save_decode_cache: bool = False  # its connector saved the decode phase too (vLLM's save_decode_cache)
 
 
+def has_outputs(request: StoredRequest) -> bool:
+    """Return whether the writer stores past its prefill: it decoded before finishing, or saved its decode phase."""
+    return bool(request.decoded or request.save_decode_cache)
+
+
 @attrs.frozen(kw_only=True, cache_hash=True)
 class Scenario:
     """A geometry, the stored requests (or an explicit present set), evictions, one lookup of N tokens."""
@@ -253,7 +258,7 @@ def compute_request_visible(g: Geometry, reader: str, request: StoredRequest, st
         return frozenset()
     writer = get_rules(request.rules or reader)
     objects = stages.store(writer, g, Tokens(request.prompt), request.schedule or schedule)
-    if request.decoded or request.save_decode_cache:  # what its outputs let it store (store.compute_rule_deferred)
+    if has_outputs(request):  # what its outputs let it store (store.compute_rule_deferred)
         objects = objects | compute_rule_deferred(writer, g, Tokens(request.prompt), Tokens(request.decoded),
                                                   request.schedule or schedule, request.save_decode_cache)
     return compute_visible(objects, Tokens(request.shared), lw)
@@ -268,7 +273,7 @@ def _compute_stored_compact(g: Geometry, rules_name: str, stored: tuple[StoredRe
         if lw is not None:
             writer = get_rules(r.rules or rules_name)
             mine = compute_rule_objects(writer, g, Tokens(r.prompt), r.schedule or schedule)
-            if r.decoded or r.save_decode_cache:
+            if has_outputs(r):
                 mine = compute_objects_union((mine, compute_rule_deferred_objects(
                     writer, g, Tokens(r.prompt), Tokens(r.decoded), r.schedule or schedule, r.save_decode_cache)))
             parts.append(compute_visible_objects(mine, Tokens(r.shared), lw))

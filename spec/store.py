@@ -284,7 +284,8 @@ def compute_rule_objects(rules: RuleSet, geometry: Geometry, prompt: Tokens,
 def compute_deferred_objects_vllm(geometry: Geometry, prompt: Tokens, decoded: Tokens, lookahead: int,
                                   schedule: Schedule = BLOCK_SCHEDULE, decode_saves: bool = False,
                                   decode_states: bool = False) -> Objects:
-    """Return what a vLLM writer of P prompt tokens stores past its prefill's save once it decoded O, with
+    """Return what a vLLM writer of P prompt tokens stores once it decoded O, beyond what compute_store_objects_vllm
+    states for its prefill (some objects may coincide with that), with
     s = P + O − 1 − λ (the last boundary a decode step saw hashed) and L the scheduler block:
     attention: each group's whole spans up to ⌊min(P + O − 1, ⌊(P + O − λ)/u⌋·u)/L⌋·L with decode saves, else (λ > 0:
     0.34.0's finish-time save) up to ⌊min(P, ⌊(P + O − λ)/u⌋·u)/L⌋·L;
