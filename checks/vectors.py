@@ -22,6 +22,7 @@ regenerating the vectors reproduces them byte for byte. Runners:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Iterator
@@ -107,17 +108,26 @@ def _exhaustive_sample(rules: str, every: int = 3001, cap: int = 120) -> Iterato
         yield _explain("exhaustive-sample", f"{k:04d}", sc)
 
 
-def _mutant_counterexamples(rules: str) -> Iterator[Case]:
-    import attrs
-
+@functools.cache
+def _mutant_scenarios() -> tuple[tuple[str, Scenario], ...]:
+    """Return each scenario mutant's first counterexample in the mutant-hunt order (one hunt for every rule set)."""
     from .exhaustive import iterate_all
     from .mutants import MUTANTS, hunt
+    out = []
     for m in MUTANTS:
         if m.closure:  # closure mutants are caught on failed loads (the failure vectors), not by a scenario
             continue
-        caught, sc, _ = hunt(m, iterate_all(dcps=(2, 8, 4, 1)))
-        if sc is not None and _admits(rules, sc.geometry):  # the bug's scenario, where the rule set admits it
-            yield _explain("mutant-counterexamples", m.name, attrs.evolve(sc, rules=rules))
+        _, sc, _ = hunt(m, iterate_all(dcps=(2, 8, 4, 1)))
+        if sc is not None:
+            out.append((m.name, sc))
+    return tuple(out)
+
+
+def _mutant_counterexamples(rules: str) -> Iterator[Case]:
+    import attrs
+    for name, sc in _mutant_scenarios():
+        if _admits(rules, sc.geometry):  # the bug's scenario, where the rule set admits it
+            yield _explain("mutant-counterexamples", name, attrs.evolve(sc, rules=rules))
 
 
 FINISHED_GEOMETRIES = (make_geometry(4, [("attention", 16, True), ("mamba", 16, False)], dcp=2),
@@ -163,7 +173,9 @@ def _failure(rules: str, cap: int = 60) -> Iterator[Case]:
     from .exhaustive import iterate_all
     n = 0
     for k, sc in enumerate(iterate_all(dcps=(1, 2, 4), evict=False, rules=rules)):
-        if k % 97 or n >= cap:
+        if n >= cap:
+            break
+        if k % 97:
             continue
         out = evaluate_scenario(sc)
         if out.hit_length <= 0 or not out.load:

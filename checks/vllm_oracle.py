@@ -342,9 +342,21 @@ def _engine(geometry: Geometry) -> Engine:
     return Engine(geometry)
 
 
-def _chain(geometry: Geometry, length: int) -> list[bytes]:
-    """Return the hash chain of the lookup request's first `length` tokens (kvspec's request model)."""
-    return list(compute_lookahead_chain(request_tokens(length), geometry.unit, _engine(geometry).lookahead))
+_CHAINS: dict[tuple[int, int], tuple[int, tuple[bytes, ...]]] = {}  # (u, λ) → (request length, its chain)
+
+
+def _chain(geometry: Geometry, length: int, lookahead: int) -> list[bytes]:
+    """Return the hash chain of the lookup request's first `length` tokens (kvspec's request model): a prefix of the
+    longest chain kept for (u, λ), since every request is a prefix of one token sequence and H'_t names only
+    [0, t + λ) (its first ⌊(length − λ)/u⌋ hashes)."""
+    u = geometry.unit
+    have, chain = _CHAINS.pop((u, lookahead), (-1, ()))
+    if have < length:
+        have, chain = length, compute_lookahead_chain(request_tokens(length), u, lookahead)
+    _CHAINS[u, lookahead] = have, chain  # the most recent last; a few (u, λ) kept
+    while len(_CHAINS) > 4:
+        del _CHAINS[next(iter(_CHAINS))]
+    return list(chain[: max(0, length - lookahead) // u])
 
 
 @attrs.frozen
@@ -366,7 +378,7 @@ class VllmAdapter:
         if prompt <= 0:
             return []
         eng = _engine(geometry)
-        return sorted(eng.store_objects(prompt, _chain(geometry, prompt)))
+        return sorted(eng.store_objects(prompt, _chain(geometry, prompt, eng.lookahead)))
 
     def _store(self, eng: Engine, chain: Sequence[bytes], present: frozenset[Obj]) -> FakeStore:
         return FakeStore(eng.key(r, g, chain, t) for g, t in present for r in eng.ranks)
@@ -374,18 +386,29 @@ class VllmAdapter:
     def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int,
                rules: str = "vllm-0.33.0") -> tuple[int, dict[int, int]]:
         eng = _engine(geometry)
-        chain = _chain(geometry, prompt)
+        chain = _chain(geometry, prompt, eng.lookahead)
         hit, tails = eng.lookup(prompt, chain, self._store(eng, chain, present))
         return hit, {int(g): int(t) for g, t in tails}
 
     def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int], present: frozenset[Obj] = frozenset(),
                   rules: str = "vllm-0.33.0") -> list[tuple[int, int, int]]:
         eng = _engine(geometry)
-        chain = _chain(geometry, max([hit, *tails.values()]) + eng.lookahead)  # with λ: the hash at t needs t + λ tokens
-        by_key = {eng.key(0, g, chain, (i + 1) * eng.unit): (g, (i + 1) * eng.unit)
-                  for g in range(len(geometry.groups)) for i in range(len(chain))}
-        out = []  # the gets do not depend on E (a missing key is a failed get): a store holding every key records them
-        for key in eng.load_keys(0, chain, hit, sorted(tails.items()), FakeStore(by_key)):
+        chain = _chain(geometry, max([hit, *tails.values()]) + eng.lookahead, eng.lookahead)  # H'_t needs t + λ
+        u, n_groups = eng.unit, len(geometry.groups)
+        # the gets do not depend on E (a missing key is a failed get): a store holding every key records them. Every
+        # key first at the boundaries a load may name (span multiples, the tails); a get outside them is still named:
+        # the plan is then taken again over every boundary the chain has (u, 2u, …)
+        spans = [compute_span(geometry, GroupId(g)) for g in range(n_groups)]
+        near = {(g, b) for g in range(n_groups) for b in range(spans[g], len(chain) * u + 1, spans[g])}
+        near |= set(tails.items())
+        by_key = {eng.key(0, g, chain, b): (g, b) for g, b in near if b % u == 0 and 0 < b <= len(chain) * u}
+        keys = eng.load_keys(0, chain, hit, sorted(tails.items()), FakeStore(by_key))
+        if any(k not in by_key for k in keys):
+            by_key = {eng.key(0, g, chain, (i + 1) * u): (g, (i + 1) * u) for g in range(n_groups)
+                      for i in range(len(chain))}
+            keys = eng.load_keys(0, chain, hit, sorted(tails.items()), FakeStore(by_key))
+        out = []
+        for key in keys:
             g, b = by_key[key]
             s = compute_span(geometry, GroupId(g))
             out.append((g, -(-hit // s) - 1 if b == tails.get(g) else b // s - 1, b))

@@ -35,7 +35,7 @@ def compute_seed_hash(seed: int = 0) -> bytes:
 def compute_unit_hash(parent: bytes, tokens: Sequence[int], extra: Sequence[str] = ()) -> bytes:
     """Return H_k = sha256(H_{k-1}, the unit's tokens, its extra keys)."""
     h = hashlib.sha256(parent)
-    h.update(b"T" + ",".join(str(int(t)) for t in tokens).encode())
+    h.update(b"T" + ",".join(map(str, map(int, tokens))).encode())
     for e in extra:
         h.update(b"X" + e.encode("utf-8", "surrogatepass") + b"\x00")
     return h.digest()
