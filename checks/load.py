@@ -25,6 +25,7 @@ from typing import Any
 from kvspec.checks.adapters import compute_impl_store_rule
 from kvspec.impl.job import Job, encode_job
 from kvspec.spec.geometry import Geometry, Group, Parallel
+from kvspec.spec.rules import VLLM_0_33, compute_lookahead, get_rules
 
 COMMAND_TIMEOUT_S = 60.0
 
@@ -87,7 +88,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def run_load(dcp: int = 2, streams: int = 16, seconds: float = 30.0, restart: bool = True, seed: int = 0,
-             rules: str = "vllm-0.33.0", workdir: str | None = None, evict_p: float = 0.15,
+             rules: str = VLLM_0_33, workdir: str | None = None, evict_p: float = 0.15,
              evict_force: bool = False) -> dict[str, Any]:
     """Run the load for `seconds` and return its figures (see the module docstring).
 
@@ -111,8 +112,7 @@ def run_load(dcp: int = 2, streams: int = 16, seconds: float = 30.0, restart: bo
     lock = threading.Lock()
     with running_master(str(wd)) as m:
         job = Job(master=m.address, geometry=geometry, width=4, model="kvspec-load", store_rule=compute_impl_store_rule(rules),
-                  concurrency=16,
-                  segment_bytes=128 << 20)
+                  lookahead=compute_lookahead(get_rules(rules), geometry), concurrency=16, segment_bytes=128 << 20)
         ranks = LoadRanks(job, dcp, wd)
         t0 = time.monotonic()
         stop = t0 + seconds

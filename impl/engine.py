@@ -15,6 +15,7 @@ import torch
 
 from kvspec.spec.geometry import (
     Geometry,
+    RankFields,
     compute_alignment,
     compute_lcm_span,
     compute_rank_fields,
@@ -107,13 +108,31 @@ def registered(store: StoreClient, kv: RequestKV) -> Iterator[RequestKV]:
             store.unregister(p)
 
 
+def render_rank_key(geometry: Geometry, rank: int, group: int, boundary: int, chain: Sequence[bytes],
+                    model: str = "kvspec-model", cache_prefix: str = "") -> str:
+    """Return rank r's key of object (group, boundary) in a request's hash chain (H_t = chain[t/u − 1])."""
+    return _render(compute_rank_fields(geometry, Rank(rank)), group, chain[boundary // geometry.unit - 1].hex(), model,
+                   cache_prefix)
+
+
+def _render(f: RankFields, group: int, hash_hex: str, model: str, cache_prefix: str) -> str:
+    return render_key(StoreKey(model=model, tp_rank=f.tp_rank, pcp_rank=f.pcp_rank, dcp_rank=f.dcp_rank,
+                               pp_rank=f.pp_rank, group=group, hash_hex=hash_hex, cache_prefix=cache_prefix))
+
+
 class RankEngine:
-    """The KV-cache connector of one DCP rank."""
+    """The KV-cache connector of one DCP rank.
+
+    Presence of an object means every rank's shard exists. A rank in a process group probes its own keys and
+    MIN-all-reduces the bits (`all_reduce_min`); a rank without collectives (`probe_all_ranks`: the load
+    harness) probes every rank's keys itself through its client.
+    """
 
     def __init__(self, geometry: Geometry, rank: int, store: StoreClient | None, device: torch.device,
                  width: int = 8, model: str = "kvspec-model", cache_prefix: str = "",
                  all_reduce_min: Callable[[torch.Tensor], None] | None = None, store_rule: str = STORE_PR53324,
-                 lookahead: int = 0, deferred_saves: bool = False, decode_states: bool = False) -> None:
+                 lookahead: int = 0, deferred_saves: bool = False, decode_states: bool = False,
+                 probe_all_ranks: bool = False) -> None:
         if store_rule not in STORE_RULES:
             raise ValueError(f"unknown store rule {store_rule!r} (known: {', '.join(STORE_RULES)})")
         self.g = geometry
@@ -134,15 +153,13 @@ class RankEngine:
         self.cache_prefix = cache_prefix
         self.fields = compute_rank_fields(geometry, Rank(rank))
         self.all_reduce_min = all_reduce_min or (lambda t: None)
+        self.probe_all_ranks = probe_all_ranks
         self.spans = [compute_span(geometry, i) for i in range(len(geometry.groups))]
 
     # ---------------------------------------------------------------- keys
     def key(self, group: int, boundary: int, chain: Sequence[bytes]) -> str:
         """Return this rank's key of object (group, boundary) in a request's hash chain."""
-        h = chain[boundary // self.g.unit - 1].hex()
-        return render_key(StoreKey(model=self.model_name, tp_rank=self.fields.tp_rank, pcp_rank=self.fields.pcp_rank,
-                                   dcp_rank=self.fields.dcp_rank, pp_rank=self.fields.pp_rank, group=group,
-                                   hash_hex=h, cache_prefix=self.cache_prefix))
+        return _render(self.fields, group, chain[boundary // self.g.unit - 1].hex(), self.model_name, self.cache_prefix)
 
     # ---------------------------------------------------------------- prefill
     def _owned(self, n_tokens: int, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -346,8 +363,14 @@ class RankEngine:
 
     # ---------------------------------------------------------------- lookup
     def probe_everywhere(self, objs: Sequence[Obj], chain: Sequence[bytes]) -> set[Obj]:
-        """Return the objects whose key exists on every rank: this rank's exist bits, MIN-all-reduced (collective)."""
+        """Return the objects whose key exists on every rank: this rank's exist bits, MIN-all-reduced (collective), or
+        every rank's keys probed here (probe_all_ranks)."""
         assert self.store is not None
+        if self.probe_all_ranks:  # no collectives: this rank asks for every rank's shard
+            d = self.g.parallel.dcp
+            res = self.store.exist([render_rank_key(self.g, r, i, t, chain, self.model_name, self.cache_prefix)
+                                    for i, t in objs for r in range(d)])
+            return {o for k, o in enumerate(objs) if all(x == 1 for x in res[k * d:(k + 1) * d])}
         res = self.store.exist([self.key(i, t, chain) for i, t in objs])
         bits = torch.tensor([1 if r == 1 else 0 for r in res], dtype=torch.int32)
         self.all_reduce_min(bits)

@@ -83,6 +83,7 @@ class Job:
     model: str = "kvspec-model"
     width: int = 8  # int32 values per attention token row
     store_rule: str = STORE_PR53324  # of the command-driven entry points (a scenario names its own); engine.STORE_RULES
+    lookahead: int = 0  # their hash lookahead λ (keys name [0, t + λ)); a scenario names its own
     segment_bytes: int = 64 << 20
     concurrency: int = 16  # the load worker's thread pool
     scenarios: tuple[ScenarioJob, ...] = ()
@@ -96,7 +97,8 @@ def _ranked(d: Mapping[int, Any], item: Any = list) -> dict[str, Any]:
 def encode_job(job: Job) -> dict[str, Any]:
     """Return the JSON object of a job."""
     out: dict[str, Any] = {"master": job.master, "geometry": encode_geometry_input(job.geometry), "model": job.model,
-                           "width": job.width, "store_rule": job.store_rule, "segment_bytes": job.segment_bytes,
+                           "width": job.width, "store_rule": job.store_rule, "lookahead": job.lookahead,
+                           "segment_bytes": job.segment_bytes,
                            "concurrency": job.concurrency, "scenarios": [_encode_scenario(s) for s in job.scenarios]}
     if job.transfer is not None:
         out["transfer"] = attrs.asdict(job.transfer)
@@ -167,13 +169,13 @@ def _decode_scenario(raw: Any, k: int) -> ScenarioJob:
 def decode_job(raw: Any) -> Job:
     """Return the Job of a JSON object; JobError naming the field otherwise."""
     d = _fields(raw, "job", {"master", "geometry"},
-                {"model", "width", "store_rule", "segment_bytes", "concurrency", "scenarios", "transfer"})
+                {"model", "width", "store_rule", "lookahead", "segment_bytes", "concurrency", "scenarios", "transfer"})
     transfer = None
     if d.get("transfer") is not None:
         t = _fields(d["transfer"], "transfer", set(attrs.fields_dict(TransferPlan)), set())
         transfer = TransferPlan(**{k: int(v) for k, v in t.items()})
     given: dict[str, Any] = {k: str(d[k]) for k in ("model", "store_rule") if k in d}
-    given.update({k: int(d[k]) for k in ("width", "segment_bytes", "concurrency") if k in d})
+    given.update({k: int(d[k]) for k in ("width", "lookahead", "segment_bytes", "concurrency") if k in d})
     return Job(master=str(d["master"]), geometry=decode_geometry_input(d["geometry"]), **given,
                scenarios=tuple(_decode_scenario(s, k) for k, s in enumerate(d.get("scenarios", []))),
                transfer=transfer)

@@ -71,6 +71,11 @@ class MooncakeKV:
         if self._store.register_buffer(ptr, nbytes) == 0:
             self._registered.append(ptr)
 
+    @property
+    def registered_count(self) -> int:
+        """Return how many slabs are registered now (a leak shows as a count that grows)."""
+        return len(self._registered)
+
     def unregister(self, ptr: int) -> None:
         """Unregister a slab before its memory is freed (a later slab may reuse the address)."""
         if ptr in self._registered:

@@ -1,9 +1,10 @@
 """One DCP rank's pipeline, in one place: store a request, look it up with every rank, load it into a cold
 cache, close a partly failed load, check the loaded bytes against a cold prefill.
 
-Both entry points of a rank process (impl/worker.py: a job of scenarios, and the command server the
-stateful tests drive) run this object, so the collective steps, the probe and the checks cannot drift
-apart between them.
+Every entry point of a rank process runs this object — impl/worker.py (a job of scenarios, and the command
+server the stateful tests drive) in a process group, impl/load_worker.py (the load harness) without one
+(`collective=False`: each rank probes every rank's keys itself and closes a load on its own results) — so
+the steps, the probe and the checks cannot drift apart between them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from kvspec.spec.keys import compute_lookahead_chain
 from .engine import RankEngine, RequestKV, registered
 from .job import Job
 from .mooncake_store import MooncakeKV
-from .rank import RankProcess
+from .rank import LocalRank, RankProcess
 from .reports import LoadReport, LookupReport, StoreReport
 
 
@@ -46,9 +47,10 @@ class LoadCheck:
 class RankPipeline:
     """This process as one DCP rank of a job: the rank's plumbing (RankProcess) and the steps every entry point runs."""
 
-    def __init__(self, job: Job, rank: int) -> None:
+    def __init__(self, job: Job, rank: int, collective: bool = True) -> None:
         self.job, self.rank, self.geometry = job, rank, job.geometry
-        self.process = RankProcess(rank, job.master, job.segment_bytes)
+        self.process: RankProcess | LocalRank = (RankProcess if collective else LocalRank)(rank, job.master,
+                                                                                           job.segment_bytes)
 
     @property
     def store(self) -> MooncakeKV:
@@ -58,13 +60,15 @@ class RankPipeline:
     def device(self) -> torch.device:
         return self.process.device
 
-    def engine(self, prefix: str = "", store_rule: str | None = None, lookahead: int = 0,
+    def engine(self, prefix: str = "", store_rule: str | None = None, lookahead: int | None = None,
                deferred_saves: bool = False, decode_states: bool = False) -> RankEngine:
-        """Return this rank's engine for one key namespace (store rule: the job's unless given)."""
+        """Return this rank's engine for one key namespace (store rule and λ: the job's unless given)."""
+        collective = self.process.collective
         return RankEngine(self.geometry, self.rank, self.store, self.device, width=self.job.width, model=self.job.model,
-                          cache_prefix=prefix, all_reduce_min=self.process.all_reduce_min,
-                          store_rule=store_rule or self.job.store_rule, lookahead=lookahead,
-                          deferred_saves=deferred_saves, decode_states=decode_states)
+                          cache_prefix=prefix, all_reduce_min=self.process.all_reduce_min if collective else None,
+                          store_rule=store_rule or self.job.store_rule,
+                          lookahead=self.job.lookahead if lookahead is None else lookahead,
+                          deferred_saves=deferred_saves, decode_states=decode_states, probe_all_ranks=not collective)
 
     def chain(self, eng: RankEngine, tokens: Sequence[int]) -> list[bytes]:
         """Return the request's hash chain (each hash covering λ tokens past its unit)."""
