@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 from kvspec.spec.presets import get_preset
-from kvspec.spec.rules import compute_lookahead, get_rules
+from kvspec.spec.rules import VLLM_0_33, VLLM_0_34, compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 
 from .adapters import compute_impl_store_rule
@@ -133,7 +133,7 @@ def _bench_hash(tag: str, boundary: int) -> str:
 
 
 def bench_lookup_master(sizes: tuple[int, ...] = (131_072, 1_048_576, 4_194_304),
-                        rule_sets: tuple[str, ...] = ("vllm-0.34.0", "vllm-0.33.0")) -> list[dict[str, Any]]:
+                        rule_sets: tuple[str, ...] = (VLLM_0_34, VLLM_0_33)) -> list[dict[str, Any]]:
     """Return bench_lookup's rows measured on a real mooncake_master started on 127.0.0.1 (stopped by PID after)."""
     import tempfile
 
@@ -147,7 +147,7 @@ DEADLINE_SIZES = (32_768, 131_072, 524_288, 1_048_576, 2_097_152, 4_194_304, 8_3
 
 
 def bench_deadline(dcps: tuple[int, ...] = (1, 8), sizes: tuple[int, ...] = DEADLINE_SIZES,
-                   rules: str = "vllm-0.34.0") -> list[dict[str, Any]]:
+                   rules: str = VLLM_0_34) -> list[dict[str, Any]]:
     """Return, per D and prompt length (Kimi-K3's groups at that D, an identical resend), the master time of vLLM's
     lookup call pattern and of the implementation's, each against vLLM 0.34.0's 1 s lookup deadline (hit 0 past it)."""
     import tempfile
@@ -223,7 +223,7 @@ def _time(fn: Any) -> float:
 
 
 def bench_transfer(dcp: int = 2, tokens: int = 16_384, repeats: int = 3, layout: LayerLayout | None = None,
-                   rules: str = "vllm-0.33.0") -> dict[str, Any]:
+                   rules: str = VLLM_0_33) -> dict[str, Any]:
     """Return store and load GiB/s of the implementation and of raw Mooncake batch calls on the same bytes.
 
     D rank processes (kvspec.impl.transfer_bench) over TCP to a real master on 127.0.0.1; kimi-k3-dcp8's
@@ -331,7 +331,7 @@ USER_TURN = 1000
 SHARED_BUDGETS = (None, 2048, 8192, 32768)  # the block schedule, then max_num_batched_tokens (8192: vllm serve, H100)
 
 
-def bench_shared_prompt(rule_sets: tuple[str, ...] = ("vllm-0.33.0", "vllm-0.34.0")) -> list[dict[str, Any]]:
+def bench_shared_prompt(rule_sets: tuple[str, ...] = (VLLM_0_33, VLLM_0_34)) -> list[dict[str, Any]]:
     """Return, on kimi-k3-dcp8 per retention, rule set and system prompt length, the hit of a second request that
     shares only the system prompt with a stored one (each sys + USER_TURN tokens), per chunk budget of the stored
     prefill, and under kvspec's proposal (budget 32768, a chunk also ending at every multiple of L) with the

@@ -18,6 +18,7 @@ import attrs
 from kvspec import __version__
 from kvspec.spec.errors import SpecError, require
 from kvspec.spec.geometry import Geometry, Group, Parallel, resolve_kind
+from kvspec.spec.keys import GRAMMAR_KVSPEC, KEY_GRAMMARS
 from kvspec.spec.limits import MAX_SHARDS, RULE_LIMIT_SHARDS
 from kvspec.spec.presets import PRESETS, get_preset
 from kvspec.spec.rules import DEFAULT_RULES, LEGACY_SWITCH_RULES, RULE_SETS, get_rules
@@ -834,7 +835,7 @@ def build_parser() -> argparse.ArgumentParser:
     ksub = k.add_subparsers(dest="keys_cmd", required=True, parser_class=_Parser)
     kp = ksub.add_parser("parse", help="print the fields of one key (names the field that breaks the grammar)")
     kp.add_argument("key", help="one key string")
-    kp.add_argument("--grammar", choices=["kvspec", "vllm-0.33.0"], default="kvspec",
+    kp.add_argument("--grammar", choices=list(KEY_GRAMMARS), default=GRAMMAR_KVSPEC,
                     help="kvspec's escaped grammar, or vLLM 0.33.0's (read from the right; prefix/model splits listed)")
     kp.add_argument("--json", action="store_true", help="print the fields as JSON")
     kc = ksub.add_parser("check", help="which DCP ranks hold each object of a key dump, and the spec on what all hold",
@@ -843,7 +844,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "every rank holds it). With --tokens, map each hash to its boundary and run "
                                      "the spec's lookup and load plan on E.")
     kc.add_argument("--keys", required=True, metavar="FILE", help="the key dump, one key per line (- for stdin)")
-    kc.add_argument("--grammar", choices=["kvspec", "vllm-0.33.0"], default="kvspec", help="the dump's key grammar")
+    kc.add_argument("--grammar", choices=list(KEY_GRAMMARS), default=GRAMMAR_KVSPEC, help="the dump's key grammar")
     kc.add_argument("--tokens", metavar="FILE", help="the request's token ids as a JSON list (maps hashes to t)")
     kc.add_argument("--rules", choices=list(RULE_SETS), default=DEFAULT_RULES,
                     help="rule set of the lookup (its λ also shapes the hashes)")

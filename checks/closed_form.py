@@ -37,7 +37,7 @@ import attrs
 
 from kvspec.spec.invariants import MISSING, GroupView, Witness
 from kvspec.spec.ops import IntOps
-from kvspec.spec.rules import LOOKAHEAD_ALWAYS, STORE_VLLM_0_33, get_rules
+from kvspec.spec.rules import LOOKAHEAD_ALWAYS, PR53324, STORE_VLLM_0_33, VLLM_0_33, VLLM_0_33_LOOKAHEAD, get_rules
 
 
 @attrs.frozen(kw_only=True)
@@ -103,8 +103,8 @@ class StateSet:
         return t in self.units
 
 
-VLLM = "vllm-0.33.0"
-LOOKAHEAD = "vllm-0.33.0-lookahead"  # vLLM 0.33.0's rules with hash lookahead λ = 1 (kvspec's proposal)
+VLLM = VLLM_0_33
+LOOKAHEAD = VLLM_0_33_LOOKAHEAD  # vLLM 0.33.0's rules with hash lookahead λ = 1 (kvspec's proposal)
 VLLM_RULES = (VLLM, LOOKAHEAD)  # the rule sets with vLLM 0.33.0's store rule that have a closed form
 
 
@@ -117,7 +117,7 @@ def read_closed_rules(rule: str) -> tuple[bool, bool]:
     return rs.lookahead == 1, rs.store == STORE_VLLM_0_33
 
 
-def compute_closed_form(ops: Any, x: Params, rule: str = "pr53324", cap: Any = None,
+def compute_closed_form(ops: Any, x: Params, rule: str = PR53324, cap: Any = None,
                         name_reaches: bool = False) -> tuple[ClosedForm, Any, Any]:
     """Return the closed form and the membership functions of E, in units, under the PR's store rule, vLLM 0.33.0's,
     or vLLM 0.33.0's with hash lookahead λ = 1; with `cap` (units), the lookup's first bound is min(bound, cap) (the

@@ -17,16 +17,16 @@ import attrs
 
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_spans
-from kvspec.spec.keys import KEY_GRAMMARS, compute_lookahead_chain
+from kvspec.spec.keys import GRAMMAR_VLLM, KEY_GRAMMARS, compute_lookahead_chain
 from kvspec.spec.limits import compute_longest_prompt
 from kvspec.spec.plan import plan_load_keys
 from kvspec.spec.presets import get_preset
-from kvspec.spec.rules import compute_lookahead, get_rules
+from kvspec.spec.rules import VLLM_0_33, compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored_objects, evaluate_scenario
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
 from kvspec.spec.types import Tokens
 
-RULES = "vllm-0.33.0"
+RULES = VLLM_0_33
 FIELDS = ("refusal", "stored", "hit", "tails", "load_keys")
 DCPS = (1, 2, 4, 8, 16)
 MAX_TOKENS = 60_000  # prompts are drawn around multiples of L, kept below this
@@ -153,7 +153,7 @@ def compare_case(case: Case, v: Any) -> dict[str, bool]:
     from .vllm_oracle import MODEL, scenario_tokens
     tokens, _ = scenario_tokens(sc)
     chain = compute_lookahead_chain(tokens, g.unit, lam)
-    render = KEY_GRAMMARS["vllm-0.33.0"]
+    render = KEY_GRAMMARS[GRAMMAR_VLLM]
     spec_keys = tuple((rank, render(k)) for rank, k in plan_load_keys(g, out.load, chain, MODEL))
     spec_keys = tuple(sorted(spec_keys, key=lambda x: x[0]))  # rank-major, plan order within a rank
     return {"refusal": True, "stored": frozenset(spec_stored) == ans.stored, "hit": out.hit_length == ans.hit,

@@ -9,7 +9,7 @@ import attrs
 
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
-from kvspec.spec.rules import check_config, compute_lookahead, get_rules
+from kvspec.spec.rules import PR53324, VLLM_0_33, VLLM_0_34, check_config, compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest
 from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
@@ -54,7 +54,7 @@ def compute_lengths(g: Geometry, limit_units: int) -> list[int]:
     return sorted(v for v in vals if 0 <= v <= 2 * compute_lcm_span(g) + 2 * u)
 
 
-def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = True, rules: str = "pr53324",
+def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = True, rules: str = PR53324,
                       schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,)) -> Iterator[Scenario]:
     """Yield the scenarios of one geometry under each schedule: prompts near every span boundary, every shared
     prefix, single evictions."""
@@ -96,7 +96,7 @@ def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, rules:
 
 
 def iterate_all(limit_units: int = 3, evict: bool = True, stride: int = 1, offset: int = 0,
-                dcps: tuple[int, ...] = DCPS, rules: str = "pr53324", units: tuple[int, ...] = UNITS,
+                dcps: tuple[int, ...] = DCPS, rules: str = PR53324, units: tuple[int, ...] = UNITS,
                 max_q: int = MAX_Q, schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,)) -> Iterator[Scenario]:
     """Yield every scenario of the scope (geometries offset, offset+stride, ... for parallel workers)."""
     for k, g in enumerate(iterate_geometries(dcps, units, max_q)):
@@ -118,7 +118,7 @@ class Scope:
     max_q: int = MAX_Q  # block sizes up to max_q·u
     limit_units: int = 3  # prompts of up to this many units, besides those near every span multiple
     evict: bool = True  # single-shard and all-rank evictions of every stored object
-    rules: str = "pr53324"
+    rules: str = PR53324
     schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,)  # how the stored requests were scheduled (spec/schedule.py)
 
     def describe(self) -> str:
@@ -164,8 +164,8 @@ def compute_registry_scope(rules: str) -> Scope:
 # scheduler blocks, prefill checkpoint blocks on two of them (the block schedule is the small scope's)
 SCHEDULES = (*(Schedule(budget=b) for b in (1, 2, 3, 8, 24)),
              Schedule(budget=3, checkpoint_alignment=1), Schedule(budget=24, checkpoint_alignment=1))
-SCOPE_SCHEDULES_VLLM = Scope(name="schedules-vllm", rules="vllm-0.33.0", dcps=(1, 8), units=(1, 2), max_q=3,
+SCOPE_SCHEDULES_VLLM = Scope(name="schedules-vllm", rules=VLLM_0_33, dcps=(1, 8), units=(1, 2), max_q=3,
                              schedules=SCHEDULES)
-SCOPE_SCHEDULES_0_34 = attrs.evolve(SCOPE_SCHEDULES_VLLM, name="schedules-0.34", rules="vllm-0.34.0")
+SCOPE_SCHEDULES_0_34 = attrs.evolve(SCOPE_SCHEDULES_VLLM, name="schedules-0.34", rules=VLLM_0_34)
 SCOPE_FAILURE = Scope(name="failure", dcps=(1, 2, 4), units=(1, 2), max_q=3, evict=False)  # the failure closure
 SCOPE_MUTANTS = Scope(name="mutant-hunt", dcps=(2, 8, 4, 1))  # mutants: the DCP cases first, they catch soonest

@@ -17,13 +17,14 @@ import attrs
 
 from kvspec.spec.errors import SpecError, require
 from kvspec.spec.geometry import Geometry
-from kvspec.spec.keys import StoreKey, parse_key
+from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, parse_key
+from kvspec.spec.rules import VLLM_0_33
 from kvspec.spec.scenario import Scenario, encode_outcome, evaluate_scenario
 from kvspec.spec.types import Boundary, GroupId
 
 RULE_KEY = "key-grammar"
 RULE_HASH = "hash-algo"
-GRAMMARS = ("kvspec", "vllm-0.33.0")
+GRAMMARS = tuple(KEY_GRAMMARS)
 # `--hash-algo`: kvspec's own chain (spec/keys.py), or vLLM's prefix-caching hash (its `prefix_caching_hash_algo`)
 HASH_ALGOS = ("kvspec", "sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
 VLLM_DEFAULT_SEED = "vllm-none-hash"  # vLLM's NONE_HASH seed for a cryptographic hash when PYTHONHASHSEED is unset
@@ -105,7 +106,7 @@ def parse_any(text: str, grammar: str) -> StoreKey:
 
 
 def compute_key_report(geometry: Geometry, lines: Iterable[str], grammar: str = "kvspec",
-                       tokens: Sequence[int] | None = None, rules: str = "vllm-0.33.0", hash_algo: str | None = None,
+                       tokens: Sequence[int] | None = None, rules: str = VLLM_0_33, hash_algo: str | None = None,
                        hash_seed: str | None = None, cache_salt: str | None = None) -> dict[str, Any]:
     """Return the report of a key dump: objects with the ranks holding and lacking them, bad lines, whether the
     dump fits the geometry, and (given the token ids) boundaries and the spec's outcome on the objects every rank

@@ -11,7 +11,7 @@ import attrs
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.invariants import MISSING
 from kvspec.spec.ops import IntOps
-from kvspec.spec.rules import get_rules
+from kvspec.spec.rules import PR53324, get_rules
 from kvspec.spec.scenario import Outcome, Scenario, StoredRequest, evaluate_scenario
 from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule, describe_schedule
 from kvspec.spec.store import compute_rule_store
@@ -42,7 +42,7 @@ def build_geometry(u: int, q: int, d: int, e: int, dense: int, draft: bool) -> G
     return Geometry(unit=u, groups=tuple(groups), parallel=Parallel(dcp=d), retention="dense" if dense else "replay")
 
 
-def build_scenario(x: Params, draft: bool = False, rule: str = "pr53324") -> Scenario:
+def build_scenario(x: Params, draft: bool = False, rule: str = PR53324) -> Scenario:
     """Return the executable scenario the closed form describes (with an equal-spec draft group if asked)."""
     g = build_geometry(x.u, x.q, x.d, x.e, x.dense, draft)
     return Scenario(geometry=g, prompt=x.n, stored=(StoredRequest(prompt=x.p, shared=x.s_shared),), rules=rule)
@@ -55,7 +55,7 @@ def compute_pair(x: Params, draft: bool, rule: str) -> tuple[ClosedForm, Scenari
     return compute_closed_form(IntOps, x, rule)[0], sc, evaluate_scenario(sc)
 
 
-def compare(x: Params, draft: bool = False, rule: str = "pr53324") -> str | None:
+def compare(x: Params, draft: bool = False, rule: str = PR53324) -> str | None:
     """Return a description of the first difference between closed form and spec (under a rule set), or None."""
     return compare_outcome(x, draft, *compute_pair(x, draft, rule))
 
@@ -105,7 +105,7 @@ def compare_outcome(x: Params, draft: bool, cf: ClosedForm, sc: Scenario, out: O
     return None if got == want else f"spec (h, B_att, B_mamba) = {got} but closed form = {want} for {x}"
 
 
-def compare_failure(x: Params, rule: str = "pr53324") -> str | None:
+def compare_failure(x: Params, rule: str = PR53324) -> str | None:
     """Return the first load result whose closed-form safe boundary differs from spec/failure.py's (under a rule
     set), or None.
 
@@ -135,7 +135,7 @@ def compare_failure(x: Params, rule: str = "pr53324") -> str | None:
     return None
 
 
-def compare_best(x: Params, rule: str = "pr53324") -> str | None:
+def compare_best(x: Params, rule: str = PR53324) -> str | None:
     """Return the first difference between the closed form's best and spec/lookup.py's, or None: MAX-HIT's best
     (compute_best_hit) of E and of E minus each one stored object, and BEST's (compute_physical_best) of E."""
     from kvspec.spec.lookup import compute_best_hit, compute_physical_best

@@ -5,7 +5,8 @@ A check is a theorem (Z3), an exhaustive run of the registry over a named ``Scop
 statement, an expected result, a budget (its expected seconds on an idle 2-core machine, which only
 orders the work: longest first), a ``fast`` flag (part of ``verify --fast``), and splits into parts
 that run on any core; ``render`` turns the parts' results into one typed ``Row``. Adding a check is
-adding one value to ``compute_manifest``'s list (a property row: one line of ``EFFICIENCY``).
+adding one value to ``compute_manifest``'s list (a property row: one ``Expect`` in its rule set's row of
+checks/rulesets.py).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any, Protocol, cast
 
 import attrs
 
-from kvspec.spec.rules import STORE_PR53324, get_rules
+from kvspec.spec.rules import PR53324, STORE_PR53324, get_rules
 from kvspec.spec.scenario import SPEC_STAGES
 
 from .closed_form import VLLM_RULES
+from .efficiency import PROPERTIES, Memo
 from .exhaustive import (
     SCOPE_FAILURE,
     SCOPE_MUTANTS,
@@ -329,7 +331,7 @@ class LinkCheck(SharedPass):
 
     rows: tuple[tuple[str, str], ...]  # (row id, what: a key of LINK_WHAT); the first row's id is the check's
     scope: LinkScope
-    rule: str = "pr53324"  # the store rule of the closed form and of the scenarios
+    rule: str = PR53324  # the store rule of the closed form and of the scenarios
     budget_s: float = 8.0
     fast: bool = True  # --fast takes every 7th input
 
@@ -380,7 +382,7 @@ class LinkHypothesisCheck(OneRow):
     """The link at large scale: u ≤ 256, b ≤ 16u, D ≤ 16, prompts up to 10^6 (within spec/limits.py)."""
 
     id: str = "LINK-hypothesis"
-    rule: str = "pr53324"
+    rule: str = PR53324
     examples: int = 400
     budget_s: float = 2.0
     fast: bool = True
@@ -482,7 +484,6 @@ def _find_efficiency_loss(mutant: str, row_id: str) -> str | None:
     """Return the explain command of the first instance of a property row that holds under the spec and not under the
     mutant's stages (what the mutant loses), over the small scope."""
     from .adapters import format_explain_command
-    from .efficiency import PROPERTIES, Memo
     from .exhaustive import iterate_geometries
     from .mutants import MUTANTS
     prop, rules = row_id.split("/", 1)
@@ -527,7 +528,6 @@ class PropertyCheck:
 
     def run(self, part: Any, fast: bool) -> Part:
         from .adapters import format_explain_command
-        from .efficiency import PROPERTIES, Memo
         from .exhaustive import iterate_geometries
         stride = self.sample * (FAST_SAMPLE if fast else 1)
         rows: dict[str, dict[str, Any]] = {rules: {"n": 0, "fails": 0, "above": 0, "bad": [], "seconds": 0.0}
@@ -553,7 +553,6 @@ class PropertyCheck:
         return _pass_part(rows, list(rows.values()))  # keyed by rule set: --fast leaves some out
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
-        from .efficiency import PROPERTIES
         out = []
         for rules, expected, count in self.rows:
             mine = [r["rows"][rules] for r in results if rules in r["rows"]]
@@ -587,29 +586,12 @@ class PropertyCheck:
         return tuple(out)
 
 
-# What each rule set achieves (measured; a change in either direction fails the row and is worth a look): property,
-# rule set, expected, sample (one geometry in k), and for a refuted row its refutations at that sample (make verify-full
-# samples nothing and judges only holds / refuted).
-EFFICIENCY: tuple[tuple[str, str, str, int, int | None], ...] = (
-    ("BEST", "pr53324", "refuted", 11, 1058), ("BEST", "vllm-0.33.0", "refuted", 11, 280),
-    ("RESEND", "pr53324", "refuted", 4, 29456), ("RESEND", "vllm-0.33.0", "holds", 3, None),
-    ("MONO-PREFIX", "pr53324", "holds", 7, None), ("MONO-PREFIX", "vllm-0.33.0", "holds", 7, None),
-    ("MONO-EVICT", "pr53324", "refuted", 7, 1314), ("MONO-EVICT", "vllm-0.33.0", "refuted", 7, 1481),
-    ("MONO-MORE", "pr53324", "refuted", 13, 750), ("MONO-MORE", "vllm-0.33.0", "holds", 13, None),
-    ("CONTENT", "pr53324", "refuted", 7, 809), ("CONTENT", "vllm-0.33.0", "refuted", 7, 152),
-    ("CONTENT", "vllm-0.33.0-lookahead", "holds", 7, None), ("BEST", "vllm-0.33.0-lookahead", "holds", 11, None),
-    ("RESEND", "vllm-0.33.0-lookahead", "holds", 3, None), ("MONO-EVICT", "vllm-0.33.0-lookahead", "holds", 7, None),
-    ("SPLIT", "vllm-0.34.0", "holds", 3, None), ("CONTENT", "vllm-0.34.0", "holds", 7, None),
-    # issue 28: writers that decoded (deferred saves) or saved their decode phase, read by a continuing lookup
-    ("FINISHED", "vllm-0.34.0", "holds", 13, None), ("FINISHED", "vllm-0.33.0", "holds", 13, None),
-    # SGLang (issue 32): the draft-KV hazard of Mamba hybrids with EAGLE (plain page keys), closed by bigram keys; every
-    # geometry of the scope SGLang runs (its configuration refuses the rest)
-    ("CONTENT", "sglang-0.5.23", "refuted", 1, 571), ("CONTENT", "sglang-0.5.23-bigram", "holds", 1, None),
-    # issue 30: the explicit spec is the cross-check of the spec on runs and points (the scale path), per store rule
-    ("COMPACT", "pr53324", "holds", 13, None), ("COMPACT", "vllm-0.33.0", "holds", 13, None),
-    ("COMPACT", "vllm-0.34.0", "holds", 13, None), ("COMPACT", "legacy", "holds", 13, None),
-    ("COMPACT", "sglang-0.5.23", "holds", 1, None),
-)
+# What each rule set achieves, from the rule-set table (checks/rulesets.py `properties`): property, rule set, expected,
+# sample (one geometry in k), and for a refuted row its refutations at that sample; a property's rows in table order.
+EFFICIENCY: tuple[tuple[str, str, str, int, int | None], ...] = tuple(
+    (e.prop, r.rules, e.expected, e.sample, e.count) for prop in PROPERTIES for r in RULE_CHECKS for e in r.properties
+    if e.prop == prop)
+assert {e.prop for r in RULE_CHECKS for e in r.properties} <= set(PROPERTIES), "a property row names a property"
 
 
 def compute_property_checks(full: bool = False, mutant: str | None = None,

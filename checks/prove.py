@@ -17,6 +17,7 @@ import attrs
 from kvspec.spec.content import DRAFT_REACH
 from kvspec.spec.invariants import REGISTRY, get_invariant, pre_loaded_from_visible
 from kvspec.spec.ops import IntOps
+from kvspec.spec.rules import PR53324
 from kvspec.spec.types import Boundary, GroupId, Rank
 
 from .closed_form import (
@@ -176,7 +177,7 @@ def _hit_names(cf: Any) -> frozenset[str]:
 
 
 def _chain(step: str, geom: tuple[int | None, int | None, int | None] = (None, None, None), legacy: bool = False,
-           draft: bool = False, rule: str = "pr53324", schedule: bool = False) -> Callable[[Z3Ops], Query]:
+           draft: bool = False, rule: str = PR53324, schedule: bool = False) -> Callable[[Z3Ops], Query]:
     """Return the builder of one step of a symbolic scenario proof (a lemma of STEPS, or an invariant id); with
     `schedule`, over every chunk schedule (the stored Mamba states symbolic)."""
 
@@ -227,7 +228,7 @@ def _failure_witness(ops: Any, closed: tuple[Any, Any, Any], f: Any, mok: Any, s
                           mamba_has=mam_has, mamba_loaded=mok == 1, has_mamba=True, retry_hit=retry)
 
 
-def _failure(inv_id: str, rule: str = "pr53324", schedule: bool = False) -> Callable[[Z3Ops], Query]:
+def _failure(inv_id: str, rule: str = PR53324, schedule: bool = False) -> Callable[[Z3Ops], Query]:
     """Return the builder of a failure-closure theorem under a rule set: every hit of the lemmas' shape (opaque),
     every first failed attention block f in 0..c (or none) and the Mamba block loaded or not; in units (a = u)."""
 
@@ -463,7 +464,7 @@ def compute_efficiency_theorems() -> list[Theorem]:
     def named(kind: str, at: str) -> str:
         return (kind if kind.startswith("LEMMA") else f"{kind}/z3") + at
 
-    for rule in ("pr53324", *VLLM_RULES):
+    for rule in (PR53324, *VLLM_RULES):
         at = get_rule_checks(rule).at
         # without hash lookahead a lookup that reaches N is derived again at ⌊(N−1)/u⌋ and judges tail keys only up
         # to there: BEST and MONO-EVICT fail (the rule set's field, read as the closed form reads it)
@@ -504,7 +505,7 @@ def _replay_content_legacy(model: dict[str, int]) -> bool:
                 and not get_invariant("CONTENT-KEY").predicate(IntOps, **v))
 
 
-def _replay_failure(inv_id: str, rule: str = "pr53324") -> Callable[[dict[str, int]], bool]:
+def _replay_failure(inv_id: str, rule: str = PR53324) -> Callable[[dict[str, int]], bool]:
     inv = get_invariant(inv_id)
 
     def replay(model: dict[str, int]) -> bool:
@@ -523,7 +524,7 @@ def _replay_failure(inv_id: str, rule: str = "pr53324") -> Callable[[dict[str, i
 
 
 def _replay_scenario(inv_id: str, legacy: bool = False, draft: bool = False,
-                     rule: str = "pr53324") -> Callable[[dict[str, int]], bool]:
+                     rule: str = PR53324) -> Callable[[dict[str, int]], bool]:
     inv = None if inv_id in STEPS else get_invariant(inv_id)
 
     def replay(model: dict[str, int]) -> bool:
@@ -618,14 +619,14 @@ def compute_theorems() -> tuple[Theorem, ...]:
                            rests_on=chain_vllm + "; link with an equal-spec draft group",
                            replay=_replay_scenario("I-20", draft=True, rule=vr), precondition=_pre(ALL, STEPS),
                            **SYMBOLIC))
-    for rule in ("pr53324", *VLLM_RULES):  # maximality of the tail boundaries (MAX-HIT's brute force has no closed form)
+    for rule in (PR53324, *VLLM_RULES):  # maximality of the tail boundaries (MAX-HIT's brute force has no closed form)
         at = get_rule_checks(rule).at
         under = f"; rules {rule}" if at else ""
         out.append(Theorem(name=f"MAX-TAIL/z3{at}", statement=get_invariant("MAX-TAIL").statement +
                            f" [every u, q, D{under}]", build=_chain("MAX-TAIL", rule=rule), budget_s=10.0,
                            rests_on="; ".join((*(f"{st}{at}" for st in STEPS), CLOSED)),
                            replay=_replay_scenario("MAX-TAIL", rule=rule), precondition=_pre(ALL, STEPS), **SYMBOLIC))
-    for rule in ("pr53324", *VLLM_RULES):  # the failure closure under each rule set with a closed form
+    for rule in (PR53324, *VLLM_RULES):  # the failure closure under each rule set with a closed form
         at = get_rule_checks(rule).at
         under = f"; rules {rule}" if at else ""
         out.append(Theorem(name=f"LEMMA-RETRY{at}", statement="a lookup capped at k <= ⌊(N−1)/u⌋ hits at most max(k, 0) "
@@ -642,7 +643,7 @@ def compute_theorems() -> tuple[Theorem, ...]:
                    for inv_id in FAILURE_THEOREMS)
     # what an identical resend hits (issue: cache efficiency): the PR's rules lose it (replay retention with EAGLE),
     # vLLM 0.33.0's reach the best, as does hash lookahead
-    for rule, expected in (("pr53324", "refuted"), (VLLM, "proved"), (LOOKAHEAD, "proved")):
+    for rule, expected in ((PR53324, "refuted"), (VLLM, "proved"), (LOOKAHEAD, "proved")):
         at = get_rule_checks(rule).at
         out.append(Theorem(name=f"RESEND/z3{at}", statement="an identical resend (S = P = N) hits ⌊(P−1)/u⌋, with the "
                            f"EAGLE drop max(⌊P/u⌋ − 1, 0) [every u, q, D, P; rules {rule}]", build=_resend(rule),

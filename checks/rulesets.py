@@ -3,14 +3,24 @@
 The rule sets themselves (what they do) are values in spec/rules.py; this table says how checks/ exercises
 each: its test vectors, whether it has a closed form and a Z3 chain (checks/closed_form.py, prove.py), a row
 in make verify's exhaustive pass, the bench and efficiency tables, and the engine release whose own code is
-its oracle (`kvspec conform vllm` compares an installed vLLM with the row whose `oracle` names its version).
+its oracle (`kvspec conform vllm` compares an installed vLLM with the row whose `oracle` names its version), and what each
+cache-efficiency property gives under it (holds, or refuted with its measured count).
 """
 
 from __future__ import annotations
 
 import attrs
 
-from kvspec.spec.rules import RULE_SETS
+from kvspec.spec.rules import (
+    LEGACY,
+    PR53324,
+    RULE_SETS,
+    SGLANG_0_5_23,
+    SGLANG_0_5_23_BIGRAM,
+    VLLM_0_33,
+    VLLM_0_33_LOOKAHEAD,
+    VLLM_0_34,
+)
 
 VECTORS_FULL = "full"  # every suite: worked, boundaries, exhaustive sample, mutants, coverage, failure, keys
 VECTORS_COUNTEREXAMPLES = "counterexamples"  # an unsafe rule set: its counterexamples only
@@ -18,6 +28,31 @@ VECTORS_COUNTEREXAMPLES = "counterexamples"  # an unsafe rule set: its counterex
 
 EXHAUSTIVE_VERIFY = "verify"  # the rule set's EXHAUSTIVE row runs in make verify
 EXHAUSTIVE_FULL = "full"  # in make verify-full only (its Z3 chain is in make verify)
+
+
+PROPERTY_HOLDS = "holds"
+PROPERTY_REFUTED = "refuted"
+
+
+@attrs.frozen
+class Expect:
+    """What one cache-efficiency property row (checks/efficiency.py PROPERTIES) gives under the rule set: holds or
+    refuted, measured on one geometry in `sample` of its scope, and a refuted row's refutations at that sample (a
+    change in either direction fails the row and is worth a look; make verify-full samples nothing and judges only
+    holds / refuted)."""
+
+    prop: str
+    expected: str
+    sample: int
+    count: int | None = None
+
+
+def _holds(prop: str, sample: int) -> Expect:
+    return Expect(prop, PROPERTY_HOLDS, sample)
+
+
+def _refuted(prop: str, sample: int, count: int) -> Expect:
+    return Expect(prop, PROPERTY_REFUTED, sample, count)
 
 
 @attrs.frozen(kw_only=True)
@@ -32,6 +67,7 @@ class RuleChecks:
     bench: bool  # the lookup bench, efficiency and conversation tables, the plot
     oracle: str | None = None  # "vllm==VERSION": that release's own code answers for this rule set
     check_suffix: str | None = None  # what its check ids end with (make verify: "ID@rules"; "" for the PR's chain)
+    properties: tuple[Expect, ...] = ()  # its rows of make verify's cache-efficiency pass, with what each gives
 
     @property
     def at(self) -> str:
@@ -40,17 +76,33 @@ class RuleChecks:
 
 
 RULE_CHECKS: tuple[RuleChecks, ...] = (
-    RuleChecks(rules="legacy", vectors=VECTORS_COUNTEREXAMPLES, key_vectors=False, exhaustive="", bench=False),
-    RuleChecks(rules="pr53324", vectors=VECTORS_FULL, key_vectors=False, exhaustive=EXHAUSTIVE_VERIFY, bench=True, check_suffix=""),
-    RuleChecks(rules="vllm-0.33.0", vectors=VECTORS_FULL, key_vectors=True, exhaustive=EXHAUSTIVE_VERIFY, bench=True,
-               oracle="vllm==0.33.0"),
-    RuleChecks(rules="vllm-0.33.0-lookahead", vectors=VECTORS_FULL, key_vectors=True, exhaustive=EXHAUSTIVE_FULL, bench=True),
-    RuleChecks(rules="vllm-0.34.0", vectors=VECTORS_FULL, key_vectors=True, exhaustive=EXHAUSTIVE_VERIFY, bench=True,
-               oracle="vllm==0.34.0"),
+    RuleChecks(rules=LEGACY, vectors=VECTORS_COUNTEREXAMPLES, key_vectors=False, exhaustive="", bench=False,
+               properties=(_holds("COMPACT", 13),)),
+    RuleChecks(rules=PR53324, vectors=VECTORS_FULL, key_vectors=False, exhaustive=EXHAUSTIVE_VERIFY, bench=True,
+               check_suffix="",
+               properties=(_refuted("BEST", 11, 1058), _refuted("RESEND", 4, 29456), _holds("MONO-PREFIX", 7),
+                           _refuted("MONO-EVICT", 7, 1314), _refuted("MONO-MORE", 13, 750),
+                           _refuted("CONTENT", 7, 809), _holds("COMPACT", 13))),
+    RuleChecks(rules=VLLM_0_33, vectors=VECTORS_FULL, key_vectors=True, exhaustive=EXHAUSTIVE_VERIFY, bench=True,
+               oracle="vllm==0.33.0",
+               properties=(_refuted("BEST", 11, 280), _holds("RESEND", 3), _holds("MONO-PREFIX", 7),
+                           _refuted("MONO-EVICT", 7, 1481), _holds("MONO-MORE", 13), _refuted("CONTENT", 7, 152),
+                           _holds("FINISHED", 13), _holds("COMPACT", 13))),
+    RuleChecks(rules=VLLM_0_33_LOOKAHEAD, vectors=VECTORS_FULL, key_vectors=True, exhaustive=EXHAUSTIVE_FULL,
+               bench=True,
+               properties=(_holds("BEST", 11), _holds("RESEND", 3), _holds("MONO-EVICT", 7), _holds("CONTENT", 7))),
+    # FINISHED (issue 28): writers that decoded (deferred saves) or saved their decode phase, read by a continuing lookup
+    RuleChecks(rules=VLLM_0_34, vectors=VECTORS_FULL, key_vectors=True, exhaustive=EXHAUSTIVE_VERIFY, bench=True,
+               oracle="vllm==0.34.0",
+               properties=(_holds("SPLIT", 3), _holds("CONTENT", 7), _holds("FINISHED", 13), _holds("COMPACT", 13))),
     # SGLang (issue 32): stated from SGLang 0.5.23's sources; its own code is the oracle (kvspec conform sglang,
-    # checks/sglang_oracle.py: the wheel, not an installed release) and answers the vectors as an adapter
-    RuleChecks(rules="sglang-0.5.23", vectors=VECTORS_FULL, key_vectors=False, exhaustive=EXHAUSTIVE_VERIFY, bench=False),
-    RuleChecks(rules="sglang-0.5.23-bigram", vectors="", key_vectors=False, exhaustive="", bench=False),
+    # checks/sglang_oracle.py: the wheel, not an installed release) and answers the vectors as an adapter. CONTENT: the
+    # draft-KV hazard of Mamba hybrids with EAGLE (plain page keys), closed by bigram keys, on every geometry of the
+    # scope SGLang runs (its configuration refuses the rest)
+    RuleChecks(rules=SGLANG_0_5_23, vectors=VECTORS_FULL, key_vectors=False, exhaustive=EXHAUSTIVE_VERIFY, bench=False,
+               properties=(_refuted("CONTENT", 1, 571), _holds("COMPACT", 1))),
+    RuleChecks(rules=SGLANG_0_5_23_BIGRAM, vectors="", key_vectors=False, exhaustive="", bench=False,
+               properties=(_holds("CONTENT", 1),)),
 )
 assert [r.rules for r in RULE_CHECKS] == list(RULE_SETS), "a row per rule set of spec/rules.py, in its order"
 

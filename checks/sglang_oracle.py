@@ -37,14 +37,14 @@ import attrs
 
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.keys import SglangKey, compute_sglang_page_hashes, render_key_sglang
-from kvspec.spec.rules import compute_lookahead, get_rules
+from kvspec.spec.rules import SGLANG_0_5_23, compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 from kvspec.spec.store import compute_rule_store
 from kvspec.spec.types import Boundary, GroupId, Rank, Tokens
 
 from .sglang_code import SGLANG_CODE, SHIMS, load_sglang, run_ranks
 
-RULES = "sglang-0.5.23"
+RULES = SGLANG_0_5_23
 MODEL = "kvspec/oracle"
 FIELDS = ("stored", "hit", "loaded")
 

@@ -35,7 +35,7 @@ from kvspec.spec.failure import compute_loaded_prefix, compute_retry_cap, comput
 from kvspec.spec.geometry import Geometry, compute_group_ids, compute_lcm_span, make_geometry
 from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, compute_hash_at, compute_lookahead_chain
 from kvspec.spec.presets import get_preset
-from kvspec.spec.rules import check_config, get_rules
+from kvspec.spec.rules import LEGACY, check_config, get_rules
 from kvspec.spec.scenario import (
     RULE_DECODED,
     Scenario,
@@ -157,10 +157,10 @@ def _finished(rules: str) -> Iterator[Case]:
 
 
 def _legacy() -> Iterator[Case]:
-    yield _explain("counterexample", "kimi-k3-dcp8-15000", _resend(get_preset("kimi-k3-dcp8"), 15000, "legacy"))
-    yield _explain("counterexample", "small-dcp2-57", _resend(get_preset("small-dcp2"), 57, "legacy"))
+    yield _explain("counterexample", "kimi-k3-dcp8-15000", _resend(get_preset("kimi-k3-dcp8"), 15000, LEGACY))
+    yield _explain("counterexample", "small-dcp2-57", _resend(get_preset("small-dcp2"), 57, LEGACY))
     yield _explain("worked", "no-dcp-safe-19", _resend(make_geometry(1, [("attention", 4, True), ("mamba", 4, False)]),
-                                                       19, "legacy"))
+                                                       19, LEGACY))
 
 
 def _coverage(rules: str) -> Iterator[Case]:

@@ -35,7 +35,7 @@ import attrs
 
 from kvspec.spec.errors import SpecError, require
 from kvspec.spec.geometry import Geometry, Group, Parallel, resolve_kind
-from kvspec.spec.rules import check_config, check_single_group_unit, get_rules
+from kvspec.spec.rules import VLLM_0_33, check_config, check_single_group_unit, get_rules
 
 RULE_VLLM_CONFIG = "vllm-config"
 SECTIONS = ("cache_config", "parallel_config", "speculative_config", "kv_transfer_config", "scheduler_config")
@@ -176,7 +176,7 @@ def compute_geometry_from_vllm(config: Mapping[str, Any], kinds: tuple[GroupKind
         check_single_group_unit(unit, spans[0])
     geometry = Geometry(unit=unit, groups=tuple(groups), parallel=Parallel(dcp=dcp, interleave=interleave, pcp=pcp),
                         retention=retention)
-    check_config(get_rules("vllm-0.33.0"), geometry)
+    check_config(get_rules(VLLM_0_33), geometry)
     return Mapped(geometry=geometry, provenance=tuple(prov))
 
 

@@ -40,6 +40,7 @@ import attrs
 from kvspec.impl.mooncake_store import OBJECT_NOT_FOUND
 from kvspec.spec.geometry import Geometry, compute_span
 from kvspec.spec.keys import compute_lookahead_chain
+from kvspec.spec.rules import VLLM_0_33
 from kvspec.spec.scenario import Scenario
 from kvspec.spec.store import Obj, compute_visible
 from kvspec.spec.types import Boundary, GroupId, Tokens
@@ -374,7 +375,7 @@ class VllmAdapter:
     # oracle's (checks/vllm_lifecycle.py: vLLM's real scheduler runs the finish and the decode phase)
     claims = {"writer": ["prefill"]}
 
-    def store_objects(self, geometry: Geometry, prompt: int, rules: str = "vllm-0.33.0") -> Iterable[Obj]:
+    def store_objects(self, geometry: Geometry, prompt: int, rules: str = VLLM_0_33) -> Iterable[Obj]:
         if prompt <= 0:
             return []
         eng = _engine(geometry)
@@ -384,14 +385,14 @@ class VllmAdapter:
         return FakeStore(eng.key(r, g, chain, t) for g, t in present for r in eng.ranks)
 
     def lookup(self, geometry: Geometry, present: frozenset[Obj], prompt: int,
-               rules: str = "vllm-0.33.0") -> tuple[int, dict[int, int]]:
+               rules: str = VLLM_0_33) -> tuple[int, dict[int, int]]:
         eng = _engine(geometry)
         chain = _chain(geometry, prompt, eng.lookahead)
         hit, tails = eng.lookup(prompt, chain, self._store(eng, chain, present))
         return hit, {int(g): int(t) for g, t in tails}
 
     def load_plan(self, geometry: Geometry, hit: int, tails: dict[int, int], present: frozenset[Obj] = frozenset(),
-                  rules: str = "vllm-0.33.0") -> list[tuple[int, int, int]]:
+                  rules: str = VLLM_0_33) -> list[tuple[int, int, int]]:
         eng = _engine(geometry)
         chain = _chain(geometry, max([hit, *tails.values()]) + eng.lookahead, eng.lookahead)  # H'_t needs t + λ
         u, n_groups = eng.unit, len(geometry.groups)

@@ -153,7 +153,9 @@ def render_key_vllm(key: StoreKey) -> str:
 # The named key grammars: kvspec's own (escaped, injective, parseable) and vLLM 0.33.0's (PoolKey / KeyMetadata).
 # vLLM's is not injective: cache_prefix "a" with model "m" and cache_prefix "" with model "a@m" both render
 # "a@m@tp_rank:…"; they coincide with kvspec's whenever no field contains '@' or '%'.
-KEY_GRAMMARS = {"kvspec": render_key, "vllm-0.33.0": render_key_vllm}
+GRAMMAR_KVSPEC = "kvspec"
+GRAMMAR_VLLM = "vllm-0.33.0"  # the key grammar vLLM's Mooncake connector writes (0.33.0 and 0.34.0 alike)
+KEY_GRAMMARS = {GRAMMAR_KVSPEC: render_key, GRAMMAR_VLLM: render_key_vllm}
 
 
 # ---------------------------------------------------------------- SGLang 0.5.23's page hashes and Mooncake keys

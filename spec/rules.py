@@ -45,6 +45,16 @@ RULE_SGLANG_RETENTION = "sglang-retention"
 RULE_SGLANG_DCP = "sglang-dcp"
 
 
+# the rule sets' names (RULE_SETS below holds the values)
+LEGACY = "legacy"
+PR53324 = "pr53324"
+VLLM_0_33 = "vllm-0.33.0"
+VLLM_0_33_LOOKAHEAD = "vllm-0.33.0-lookahead"
+VLLM_0_34 = "vllm-0.34.0"
+SGLANG_0_5_23 = "sglang-0.5.23"
+SGLANG_0_5_23_BIGRAM = "sglang-0.5.23-bigram"
+
+
 @attrs.frozen(kw_only=True)
 class Delta:
     """One rule changed by a rule set: what, in kvspec's words, and the engine function that decides it."""
@@ -73,19 +83,19 @@ class RuleSet:
 
 
 RULE_SETS: dict[str, RuleSet] = {
-    "legacy": RuleSet(
-        name="legacy", predecessor=None, engine="vLLM before PR #53324",
+    LEGACY: RuleSet(
+        name=LEGACY, predecessor=None, engine="vLLM before PR #53324",
         store=STORE_PR53324, tail_key=TAIL_HIT, config=CONFIG_KVSPEC, lookahead=0,
         deltas=(Delta(what="the tail block of a hit is loaded under H_h, the hit length's own hash",
                       where="KVCacheStoreRecvingThread._handle_request before #53324"),)),
-    "pr53324": RuleSet(
-        name="pr53324", predecessor="legacy", engine="vLLM PR #53324",
+    PR53324: RuleSet(
+        name=PR53324, predecessor=LEGACY, engine="vLLM PR #53324",
         store=STORE_PR53324, tail_key=TAIL_STORED, config=CONFIG_KVSPEC, lookahead=0,
         deltas=(Delta(what="the tail block is loaded under H_{B_g}, the boundary it was stored at: h if stored, "
                            "else the smallest stored unit boundary after h inside the tail block",
                       where="MooncakeStoreWorker._tail_key_boundaries, TailKeyBoundary"),)),
-    "vllm-0.33.0": RuleSet(
-        name="vllm-0.33.0", predecessor="pr53324", engine="vLLM 0.33.0",
+    VLLM_0_33: RuleSet(
+        name=VLLM_0_33, predecessor=PR53324, engine="vLLM 0.33.0",
         store=STORE_VLLM_0_33, tail_key=TAIL_STORED, config=CONFIG_VLLM_0_33, lookahead=0,
         deltas=(
             Delta(what="the prompt checkpoint C is ⌊P/u⌋·u − u with EAGLE block drop, else "
@@ -107,8 +117,8 @@ RULE_SETS: dict[str, RuleSet] = {
                   where="vllm/config/vllm.py: VllmConfig.num_hash_lookahead_tokens; "
                         "kv_cache_utils.get_request_block_hasher"),
         )),
-    "vllm-0.33.0-lookahead": RuleSet(
-        name="vllm-0.33.0-lookahead", predecessor="vllm-0.33.0",
+    VLLM_0_33_LOOKAHEAD: RuleSet(
+        name=VLLM_0_33_LOOKAHEAD, predecessor=VLLM_0_33,
         engine="kvspec's proposal for vLLM's connector path (0.33.0 does it for its local prefix cache only)",
         store=STORE_VLLM_0_33, tail_key=TAIL_STORED, config=CONFIG_VLLM_0_33, lookahead=1,
         deltas=(
@@ -121,8 +131,8 @@ RULE_SETS: dict[str, RuleSet] = {
                        "token after the boundary, the one the drafter's last position read",
                   where="vllm/v1/core/sched/scheduler.py: use_eagle_block_drop = False when lookahead hashes are on"),
         )),
-    "vllm-0.34.0": RuleSet(
-        name="vllm-0.34.0", predecessor="vllm-0.33.0", engine="vLLM 0.34.0",
+    VLLM_0_34: RuleSet(
+        name=VLLM_0_34, predecessor=VLLM_0_33, engine="vLLM 0.34.0",
         store=STORE_VLLM_0_33, tail_key=TAIL_STORED, config=CONFIG_VLLM_0_33, lookahead=1,
         lookahead_scope=LOOKAHEAD_DRAFTER,
         deltas=(
@@ -150,8 +160,8 @@ RULE_SETS: dict[str, RuleSet] = {
                         "save_decode_cache and Mamba and 0; _handle_boundary_state_offloads (is_decode_boundary); "
                         "single_type_kv_cache_manager.py: reachable_block_mask (one state per segment)"),
         ), deferred_saves=True, decode_states=True),
-    "sglang-0.5.23": RuleSet(
-        name="sglang-0.5.23", predecessor=None, engine="SGLang 0.5.23 (HiCache L3 on Mooncake)",
+    SGLANG_0_5_23: RuleSet(
+        name=SGLANG_0_5_23, predecessor=None, engine="SGLang 0.5.23 (HiCache L3 on Mooncake)",
         store=STORE_SGLANG, tail_key=TAIL_STORED, config=CONFIG_SGLANG, lookahead=1,
         lookahead_scope=LOOKAHEAD_DRAFTER_NO_MAMBA, eagle_drop=False,
         deltas=(
@@ -183,8 +193,8 @@ RULE_SETS: dict[str, RuleSet] = {
                   where="arg_groups/hicache_hook.py: resolve_hicache_dcp_compatibility; cache_controller.py: "
                         "HiCacheController.attach_storage_backend"),
         )),
-    "sglang-0.5.23-bigram": RuleSet(
-        name="sglang-0.5.23-bigram", predecessor="sglang-0.5.23",
+    SGLANG_0_5_23_BIGRAM: RuleSet(
+        name=SGLANG_0_5_23_BIGRAM, predecessor=SGLANG_0_5_23,
         engine="kvspec's proposal for SGLang: bigram keys for Mamba hybrids too",
         store=STORE_SGLANG, tail_key=TAIL_STORED, config=CONFIG_SGLANG, lookahead=1,
         lookahead_scope=LOOKAHEAD_DRAFTER, eagle_drop=False,
@@ -195,8 +205,8 @@ RULE_SETS: dict[str, RuleSet] = {
                             "components'); rust_tree_core/adapter.py likewise"),)),
 }
 
-DEFAULT_RULES = "vllm-0.34.0"  # the newest shipped rule set
-LEGACY_SWITCH_RULES = "legacy"  # the rule set the legacy switch names (scenario JSON "legacy": true, --legacy-tail-key)
+DEFAULT_RULES = VLLM_0_34  # the newest shipped rule set
+LEGACY_SWITCH_RULES = LEGACY  # the rule set the legacy switch names (scenario JSON "legacy": true, --legacy-tail-key)
 
 
 def get_rules(name: str) -> RuleSet:

@@ -178,3 +178,24 @@ def test_closed_forms_read_the_rule_sets_fields_and_refuse_what_they_do_not_stat
         [(False, False), (False, True), (True, True)]
     with pytest.raises(ValueError, match="no closed form"):
         read_closed_rules("vllm-0.34.0")
+
+
+# a literal equal to a rule set's name that is not one: the scenario JSON's legacy switch, the key grammar's name
+NOT_RULE_SETS = {("spec/scenario.py", "legacy"), ("spec/keys.py", "vllm-0.33.0")}
+
+
+def test_rule_set_names_are_written_only_in_the_table():
+    """Code names a rule set through spec/rules.py's constants: a rule set is renamed, or its uses found, in one place
+    (issue 27's grep). Docstrings and comments may name them; a string literal equal to a name may not."""
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for f in sorted(p for d in ("spec", "impl", "checks") for p in (root / d).rglob("*.py")):
+        rel = str(f.relative_to(root))
+        if rel == "spec/rules.py":
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Constant) and node.value in RULE_SETS and (rel, node.value) not in NOT_RULE_SETS:
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    assert found == [], found
