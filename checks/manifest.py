@@ -11,6 +11,7 @@ checks/rulesets.py).
 
 from __future__ import annotations
 
+import enum
 import functools
 import time
 from collections.abc import Callable
@@ -43,12 +44,21 @@ FAST_SAMPLE = 40  # --fast visits every 40th geometry of an exhaustive scope
 MAX_FAILURES = 3  # failures a row keeps
 
 
+class Method(enum.StrEnum):
+    """How a row was checked (its JSON `method`)."""
+
+    Z3 = "z3"
+    EXHAUSTIVE = "exhaustive"
+    HYPOTHESIS = "hypothesis"
+    MUTANT = "mutant"
+
+
 @attrs.frozen(kw_only=True)
 class Row:
     """One row of the verification table; `detail` holds what only its method has (see checks/README.md)."""
 
     id: str
-    method: str  # z3 | exhaustive | hypothesis | mutant
+    method: Method
     statement: str
     expected: str  # proved | refuted | none found | caught
     result: str
@@ -58,7 +68,7 @@ class Row:
 
     def to_json(self) -> dict[str, Any]:
         """Return the row as the JSON object `kvspec verify --json` prints (detail keys flattened in)."""
-        base = {"id": self.id, "method": self.method, "statement": self.statement, "expected": self.expected,
+        base = {"id": self.id, "method": str(self.method), "statement": self.statement, "expected": self.expected,
                 "result": self.result, "ok": self.ok, "seconds": round(self.seconds, 3)}
         return {**base, **self.detail}
 
@@ -160,7 +170,7 @@ class TheoremCheck(OneRow):
         if not r["ok"]:
             detail["failures"] = [{"id": self.id, "result": r["answer"], "reason": r["reason"],
                                    "counterexample": r["model"]}]
-        return (Row(id=self.id, method="z3", statement=th.statement, expected=th.expected,
+        return (Row(id=self.id, method=Method.Z3, statement=th.statement, expected=th.expected,
                    result=r["answer"] + ("" if r["ok"] else " FAIL"), ok=r["ok"], seconds=r["seconds"], detail=detail),)
 
 
@@ -305,7 +315,7 @@ class ExhaustiveCheck(SharedPass):
         for i, (rid, scope) in enumerate(self.rows):
             mine = [r["rows"][i] for r in results]
             n, judged, bad = sum(r["n"] for r in mine), sum(r["judged"] for r in mine), [b for r in mine for b in r["bad"]]
-            rows.append(Row(id=rid, method="exhaustive", statement=j.statement(scope), expected="none found",
+            rows.append(Row(id=rid, method=Method.EXHAUSTIVE, statement=j.statement(scope), expected="none found",
                             result=f"{n} {j.inputs}, {len(bad)} violations", ok=n > 0 and not bad,
                             seconds=sum(r["seconds"] for r in mine),
                             detail={"scenarios": n, "evaluated": judged, "scope": scope.name, "rules": scope.rules,
@@ -370,7 +380,7 @@ class LinkCheck(SharedPass):
             r = results[0]["rows"][i]
             text = LINK_WHAT[what] + (f" under {self.rule}'s store rule"
                                       if get_rules(self.rule).store != STORE_PR53324 else "")
-            rows.append(Row(id=rid, method="exhaustive", statement=f"{text} on every input of: {self.scope.describe()}",
+            rows.append(Row(id=rid, method=Method.EXHAUSTIVE, statement=f"{text} on every input of: {self.scope.describe()}",
                             expected="none found", result=f"{r['n']} inputs, {len(r['bad'])} differences",
                             ok=r["n"] > 0 and not r["bad"], seconds=r["seconds"],
                             detail={"scenarios": r["n"], "failures": r["bad"]}))
@@ -428,7 +438,7 @@ class LinkHypothesisCheck(OneRow):
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         r = results[0]
-        return (Row(id=self.id, method="hypothesis", statement="closed form == executable fixed point (h, tail "
+        return (Row(id=self.id, method=Method.HYPOTHESIS, statement="closed form == executable fixed point (h, tail "
                    f"boundaries) under {self.rule}'s store rule, u ≤ 256, b ≤ 16u, D ≤ 16, P and N ≤ 10^6, with and "
                    "without a draft group",
                    expected="none found", result=f"{r['n']} inputs, {len(r['bad'])} differences",
@@ -475,7 +485,7 @@ class MutantCheck(OneRow):
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         r, m = results[0], self._mutant()
         ok = bool(r["caught_by"])
-        return (Row(id=self.id, method="mutant", statement=m.bug, expected="caught",
+        return (Row(id=self.id, method=Method.MUTANT, statement=m.bug, expected="caught",
                    result=f"caught by {', '.join(r['caught_by'])}" if ok else "NOT CAUGHT", ok=ok,
                    seconds=r["seconds"], detail={"tried": r["tried"], "counterexample": r["counterexample"]}),)
 
@@ -580,7 +590,7 @@ class PropertyCheck:
                                            "what": f"{fails} refutations where {count} were measured: the rule set "
                                                    f"uses the cache differently"}]
             every = f"one geometry in {self.sample} of " if self.sample > 1 else ""
-            out.append(Row(id=f"{self.prop}/{rules}", method="exhaustive", statement=f"{PROPERTIES[self.prop][0]} "
+            out.append(Row(id=f"{self.prop}/{rules}", method=Method.EXHAUSTIVE, statement=f"{PROPERTIES[self.prop][0]} "
                            f"[rules {rules}; {every}the scope '{self.scope.name}']", expected=expected, result=result,
                            ok=ok, seconds=sum(r["seconds"] for r in mine), detail=detail))
         return tuple(out)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .manifest import Check, Part, Row, compute_manifest
+from .manifest import Check, Method, Part, Row, compute_manifest
 
 
 def _selected(fast: bool, full: bool, only: tuple[str, ...] = ()) -> list[Check]:
@@ -104,8 +104,8 @@ def collect(fast: bool = False, processes: int | None = None, progress: bool = F
 def summarize(rows: list[Row], fast: bool) -> dict[str, Any]:
     """Return the report: the rows as JSON objects (checks/README.md documents them) and the totals."""
     from .prove import SCOPE
-    z3rows = [r for r in rows if r.method == "z3"]
-    mutants = [r for r in rows if r.method == "mutant"]
+    z3rows = [r for r in rows if r.method == Method.Z3]
+    mutants = [r for r in rows if r.method == Method.MUTANT]
     return {"ok": all(r.ok for r in rows), "fast": fast, "z3_scope": SCOPE, "rows": [r.to_json() for r in rows],
             "totals": {"checks": len(rows), "failed": sum(not r.ok for r in rows), "z3_calls": len(z3rows),
                        "z3_proved": sum(r.result == "proved" for r in z3rows),

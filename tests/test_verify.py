@@ -13,8 +13,8 @@ from kvspec.checks.verify import format_table, summarize  # noqa: E402
 
 
 def test_unknown_counts_as_failure_in_the_table():
-    from kvspec.checks.manifest import Row
-    row = Row(id="X@g", statement="s", method="z3", expected="proved", result="unknown FAIL", ok=False, seconds=0.3,
+    from kvspec.checks.manifest import Method, Row
+    row = Row(id="X@g", statement="s", method=Method.Z3, expected="proved", result="unknown FAIL", ok=False, seconds=0.3,
               detail={"rests_on": "-", "budget_s": 0.3, "reason": "timeout", "precondition": "-", "queries": 2,
                       "rlimit": 200_000, "rlimit_used": 200_000})
     report = summarize([row], fast=True)
