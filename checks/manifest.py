@@ -34,7 +34,7 @@ from .exhaustive import (
     compute_registry_scope,
 )
 from .link import LINK_SCOPE, LINK_SCOPE_BEST, LINK_SCOPE_DRAFT, LINK_SCOPE_SCHEDULES, LinkScope
-from .rulesets import EXHAUSTIVE_FULL, EXHAUSTIVE_VERIFY, RULE_CHECKS
+from .rulesets import EXHAUSTIVE_FULL, EXHAUSTIVE_VERIFY, PROPERTY_HOLDS, RULE_CHECKS
 
 Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
 FAST_THEOREMS = ("I-1/2", "I-6", "CONTENT-KEY", "CONTENT-KEY@legacy-hashes", "LEMMA-MAMBA", "I-14", "I-18", "I-20",
@@ -513,7 +513,7 @@ class PropertyCheck:
     verdict key (spec/invariants.py) equals one already read under another rule set takes its hit."""
 
     prop: str
-    rows: tuple[tuple[str, str, int | None], ...]  # (rule set, "holds" | "refuted", refutations measured at `sample`)
+    rows: tuple[tuple[str, str, int | None], ...]  # (rule set, holds | refuted, refutations measured at `sample`)
     sample: int = 1
     scope: Scope = SCOPE_SMALL
     budget_s: float = 5.0
@@ -531,7 +531,7 @@ class PropertyCheck:
     def fast(self) -> bool:
         """Return whether `verify --fast` runs it: its rows expected to hold, on their sample; a refutation is not sure
         to show in a sample, so a row expected refuted runs only in full verify."""
-        return any(e == "holds" for _, e, _ in self.rows)
+        return any(e == PROPERTY_HOLDS for _, e, _ in self.rows)
 
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return tuple(range(CHUNKS))
@@ -541,7 +541,7 @@ class PropertyCheck:
         from .exhaustive import iterate_geometries
         stride = self.sample * (FAST_SAMPLE if fast else 1)
         rows: dict[str, dict[str, Any]] = {rules: {"n": 0, "fails": 0, "above": 0, "bad": [], "seconds": 0.0}
-                                           for rules, e, _ in self.rows if e == "holds" or not fast}
+                                           for rules, e, _ in self.rows if e == PROPERTY_HOLDS or not fast}
         stages = SPEC_STAGES
         if self.mutant is not None:
             from .mutants import MUTANTS
@@ -573,7 +573,7 @@ class PropertyCheck:
             holds = fails == 0
             # no instance: nothing shown, a failure; a refuted row keeps its measured count (a store or lookup rule
             # that loses more, or less, cache than it did is a change worth a look, even when it stays safe)
-            ok = (n > 0 and holds == (expected == "holds") and above == 0
+            ok = (n > 0 and holds == (expected == PROPERTY_HOLDS) and above == 0
                   and (count is None or holds or fails == count))
             result = (f"holds on {n}" if holds else f"refuted: {fails} of {n}") + (f", {above} ABOVE the best"
                                                                                   if above else "")
@@ -596,22 +596,21 @@ class PropertyCheck:
         return tuple(out)
 
 
-# What each rule set achieves, from the rule-set table (checks/rulesets.py `properties`): property, rule set, expected,
-# sample (one geometry in k), and for a refuted row its refutations at that sample; a property's rows in table order.
-EFFICIENCY: tuple[tuple[str, str, str, int, int | None], ...] = tuple(
-    (e.prop, r.rules, e.expected, e.sample, e.count) for prop in PROPERTIES for r in RULE_CHECKS for e in r.properties
-    if e.prop == prop)
 assert {e.prop for r in RULE_CHECKS for e in r.properties} <= set(PROPERTIES), "a property row names a property"
 
 
 def compute_property_checks(full: bool = False, mutant: str | None = None,
                             props: tuple[str, ...] | None = None) -> list[PropertyCheck]:
-    """Return EFFICIENCY's rows as property checks, a property's rule sets of one sample in one pass (every geometry
-    and no pinned count when `full`; only `props`, under a mutant's stages, when given)."""
+    """Return the rule-set table's property rows (checks/rulesets.py `properties`) as property checks: a property's rule
+    sets of one sample in one pass, properties in PROPERTIES' order, rule sets in table order (every geometry and no
+    pinned count when `full`; only `props`, under a mutant's stages, when given)."""
     passes: dict[tuple[str, int], list[tuple[str, str, int | None]]] = {}
-    for p, r, e, k, n in EFFICIENCY:
-        if props is None or p in props:
-            passes.setdefault((p, 1 if full else k), []).append((r, e, None if full else n))
+    for p in PROPERTIES if props is None else [q for q in PROPERTIES if q in props]:
+        for r in RULE_CHECKS:
+            for e in r.properties:
+                if e.prop == p:
+                    passes.setdefault((p, 1 if full else e.sample), []).append(
+                        (r.rules, e.expected, None if full else e.count))
     return [PropertyCheck(prop=p, rows=tuple(rows), sample=k, mutant=mutant) for (p, k), rows in passes.items()]
 
 

@@ -188,8 +188,8 @@ class Mutant:
     """A known bug as a variant of the spec's stages; `closure` ones are hunted over partly failed loads. A store rule
     that only stores less is safe: hunted, MAX-HIT sees it only because it judges against the spec's own E; were the
     spec's store rule written that way, that E would shrink with it and only the cache-efficiency rows would notice —
-    so such a mutant's row runs those (`efficiency`: their properties, each of those rows (checks/rulesets.py `properties`) run
-    under the mutant's stages must keep its measured result)."""
+    so such a mutant's row runs those (`efficiency`: their properties; each of their rows in checks/rulesets.py, run
+    under the mutant's stages, must keep its measured result)."""
 
     name: str
     bug: str

@@ -3,8 +3,8 @@
 The rule sets themselves (what they do) are values in spec/rules.py; this table says how checks/ exercises
 each: its test vectors, whether it has a closed form and a Z3 chain (checks/closed_form.py, prove.py), a row
 in make verify's exhaustive pass, the bench and efficiency tables, and the engine release whose own code is
-its oracle (`kvspec conform vllm` compares an installed vLLM with the row whose `oracle` names its version), and what each
-cache-efficiency property gives under it (holds, or refuted with its measured count).
+its oracle (`kvspec conform vllm` compares an installed vLLM with the row whose `oracle` names its version),
+and what each cache-efficiency property gives under it (holds, or refuted with its measured count).
 """
 
 from __future__ import annotations

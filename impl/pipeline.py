@@ -63,12 +63,12 @@ class RankPipeline:
     def engine(self, prefix: str = "", store_rule: str | None = None, lookahead: int | None = None,
                deferred_saves: bool = False, decode_states: bool = False) -> RankEngine:
         """Return this rank's engine for one key namespace (store rule and λ: the job's unless given)."""
-        collective = self.process.collective
         return RankEngine(self.geometry, self.rank, self.store, self.device, width=self.job.width, model=self.job.model,
-                          cache_prefix=prefix, all_reduce_min=self.process.all_reduce_min if collective else None,
+                          cache_prefix=prefix, all_reduce_min=self.process.all_reduce_min,
                           store_rule=store_rule or self.job.store_rule,
                           lookahead=self.job.lookahead if lookahead is None else lookahead,
-                          deferred_saves=deferred_saves, decode_states=decode_states, probe_all_ranks=not collective)
+                          deferred_saves=deferred_saves, decode_states=decode_states,
+                          probe_all_ranks=not self.process.collective)
 
     def chain(self, eng: RankEngine, tokens: Sequence[int]) -> list[bytes]:
         """Return the request's hash chain (each hash covering λ tokens past its unit)."""

@@ -21,7 +21,7 @@ def full_job() -> Job:
                      store_rule="checkpoint", tail_at_hit=True, stored=((57, 57, 0, False), (80, 40, 3, True)),
                      deferred_saves=True, decode_states=True,
                      predicted_keys={0: ("a", "b"), 1: ("c",)}, faults=faults)
-    return Job(master="127.0.0.1:1234", geometry=GEOMETRY, model="m", width=4, store_rule="checkpoint",
+    return Job(master="127.0.0.1:1234", geometry=GEOMETRY, model="m", width=4, store_rule="checkpoint", lookahead=1,
                segment_bytes=16 << 20, concurrency=3, scenarios=(sc,),
                transfer=TransferPlan(tokens=64, mamba_width=2, repeats=1))
 
