@@ -19,7 +19,7 @@ from kvspec import __version__
 from kvspec.spec.errors import SpecError, require
 from kvspec.spec.geometry import Geometry, Group, Parallel, resolve_kind
 from kvspec.spec.keys import GRAMMAR_KVSPEC, KEY_GRAMMARS
-from kvspec.spec.limits import MAX_SHARDS, RULE_LIMIT_SHARDS
+from kvspec.spec.limits import MAX_EVICTED, MAX_SHARDS, RULE_LIMIT_EVICTED, RULE_LIMIT_SHARDS, check_count
 from kvspec.spec.presets import PRESETS, get_preset
 from kvspec.spec.rules import DEFAULT_RULES, LEGACY_SWITCH_RULES, RULE_SETS, get_rules
 from kvspec.spec.scenario import (
@@ -165,8 +165,11 @@ def _requests(args: argparse.Namespace) -> tuple[StoredRequest, ...]:
 def _evictions(args: argparse.Namespace, geometry: Geometry) -> frozenset[RankObj]:
     """Return the --evict GROUP:BOUNDARY[:RANK] shards (no RANK: on every rank)."""
     out: set[RankObj] = set()
-    for text in args.evict:
-        v = _ints(text, "--evict", "GROUP:BOUNDARY[:RANK]", (2, 3))
+    parsed = [_ints(text, "--evict", "GROUP:BOUNDARY[:RANK]", (2, 3)) for text in args.evict]
+    # counted before they are listed (10^4 evictions from every rank of D = 64 would be 640,000 shards)
+    check_count(sum(1 if len(v) == 3 else geometry.parallel.dcp for v in parsed), MAX_EVICTED, RULE_LIMIT_EVICTED,
+                "evicted shard count")
+    for v in parsed:
         ranks = [v[2]] if len(v) == 3 else range(geometry.parallel.dcp)
         out.update((GroupId(v[0]), Boundary(v[1]), Rank(r)) for r in ranks)
     return frozenset(out)
@@ -897,6 +900,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+REPEATED = ("--group", "--stored", "--evict")  # explain's repeatable flags (10^4 evictions are an ordinary input)
+
+
+def _gather_repeated(argv: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Return argv without explain's `--flag VALUE` / `--flag=VALUE` pairs of the repeatable flags, and each flag's
+    values in order. argparse's cost is quadratic in the number of option strings (2 · 10^4 took 4 s of CPU); the
+    pairs are taken out before it parses. A flag written abbreviated (`--evi`) anywhere, a value starting with `-`
+    or a `--` separator leave the flag to argparse (its order and errors are then argparse's own)."""
+    if not argv or argv[0] != "explain" or "--" in argv:
+        return argv, {}
+    rest = [argv[0]]
+    flags = [f for f in REPEATED
+             if not any(a != f and len(a) > 2 and f.startswith(a) for a in argv[1:])]  # no abbreviation of f
+    values: dict[str, list[str]] = {f: [] for f in flags}
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        head, eq, tail = a.partition("=")
+        if eq and head in values:
+            values[head].append(tail)
+            i += 1
+        elif a in values and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            values[a].append(argv[i + 1])
+            i += 2
+        else:
+            rest.append(a)
+            i += 1
+    return rest, {f.lstrip("-"): v for f, v in values.items() if v}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the kvspec command line; return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -905,7 +938,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv:
         _die("cli-usage", "give a command: explain, verify, conform, keys, vectors, model or bench (kvspec --help; "
                           "kvspec COMMAND --help)", usage=parser.format_usage())
+    argv, gathered = _gather_repeated(argv)
     args = parser.parse_args(argv)
+    for name, values in gathered.items():
+        setattr(args, name, values + getattr(args, name))
     try:
         if args.cmd == "explain":
             return _explain(args)

@@ -54,7 +54,7 @@ from .rules import (
     compute_rule_geometry,
     get_rules,
 )
-from .schedule import BLOCK_SCHEDULE, RULE_SCHEDULE, Schedule, compute_checkpoints, compute_scheduler_block
+from .schedule import BLOCK_SCHEDULE, RULE_SCHEDULE, Schedule, compute_checkpoints
 from .store import (
     Obj,
     RankObj,
@@ -73,6 +73,7 @@ from .types import Boundary, GroupId, Rank, Tokens
 RULE_SCENARIO = "scenario"
 RULE_DECODED = "decoded-writer"
 RULE_STORED = "stored-object"
+RULE_EVICTED = "evicted-shard"
 RESULT_VERSION = 3  # 2: "rules" (a rule set name) replaces "rule"; 3: the input scenario echoed as "input"
 
 
@@ -153,21 +154,20 @@ class Scenario:
         longest, extra = max([self.prompt, *(r.prompt for r in self.stored)]), len(self.objects or ()) + len(self.evicted)
         shards = compute_shard_bound(g.parallel.dcp, spans, longest, len(self.stored), extra)
         if shards > MAX_SHARDS and self.objects is None:  # answered on runs and points (spec/boundaries.py)
-            # the points: a store rule's tail boundaries lie in one L-block, one per span of a group in it
-            check_count(len(self.stored) * sum(compute_lcm_span(g) // x + 2 for x in spans), MAX_SHARDS,
-                        RULE_LIMIT_SHARDS, "tail boundaries one L-block can hold over the stored requests "
-                                           f"(L = {compute_lcm_span(g)}: use block sizes with a smaller common multiple)")
             check_count(len(self.evicted), MAX_EVICTED, RULE_LIMIT_EVICTED, "evicted shard count")
-            b = compute_scheduler_block(compute_rule_geometry(rules, g))
-            chunks = sum(r.prompt // max(min((r.schedule or self.schedule).budget or b, b), 1)
-                         for r in self.stored if (r.schedule or self.schedule) != BLOCK_SCHEDULE)
-            check_count(chunks, MAX_CHUNK_ENDS, RULE_LIMIT_CHUNKS, "chunk count of the stored prefills' schedules")
         elif shards > MAX_SHARDS:  # the message's longest prompt costs a search: only on the way out
             raise SpecError(RULE_LIMIT_SHARDS,
                             f"this scenario names up to {shards} rank shards (D x blocks of every group), past the "
                             f"limit {MAX_SHARDS} (spec/limits.py); this geometry takes prompts up to "
                             f"{compute_longest_prompt(g.parallel.dcp, spans, len(self.stored), extra)} tokens here: "
                             f"use a shorter prompt, a larger unit or block size, or a smaller D")
+        for gid, t, rank in self.evicted:  # a shard no deployment holds would be a silent no-op: refuse it by name
+            require(isinstance(gid, int) and 0 <= gid < len(g.groups), RULE_EVICTED,
+                    f"evicted group {gid!r} is not a group of the geometry (0..{len(g.groups) - 1})")
+            require(isinstance(rank, int) and 0 <= rank < g.parallel.dcp, RULE_EVICTED,
+                    f"evicted rank {rank!r} outside 0..{g.parallel.dcp - 1} (D = {g.parallel.dcp})")
+            require(isinstance(t, int) and t >= 1 and t % g.unit == 0, RULE_EVICTED,
+                    f"evicted boundary {t!r} is not a positive multiple of the unit {g.unit} (a key's boundary)")
         if self.objects is not None:
             u, top = self.geometry.unit, self.prompt // self.geometry.unit * self.geometry.unit
             for gid, t in self.objects:
@@ -180,10 +180,12 @@ class Scenario:
                 if t > top:
                     raise SpecError(RULE_STORED,
                                     f"boundary {t} is past the lookup request's last hash boundary {top}")
-        rg = compute_rule_geometry(rules, g)
+        rg, chunks = compute_rule_geometry(rules, g), 0
         for r in self.stored:  # refuse an unschedulable prompt here, not half-way through a lookup
-            if (r.schedule or self.schedule) != BLOCK_SCHEDULE:
-                compute_checkpoints(r.schedule or self.schedule, rg, Tokens(r.prompt), compute_lookahead(rules, g))
+            if (r.schedule or self.schedule) != BLOCK_SCHEDULE:  # each schedule stops past MAX_CHUNK_ENDS by itself
+                chunks += len(compute_checkpoints(r.schedule or self.schedule, rg, Tokens(r.prompt),
+                                                  compute_lookahead(rules, g)).ends)
+                check_count(chunks, MAX_CHUNK_ENDS, RULE_LIMIT_CHUNKS, "chunk count of the stored prefills' schedules")
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)  # a memo key of every stored-set read

@@ -23,11 +23,11 @@ import attrs
 from .boundaries import Boundaries, make_boundaries, make_run
 from .errors import SpecError
 from .geometry import Geometry, compute_alignment, compute_group_ids, compute_lcm_span, has_eagle, is_fine
+from .limits import MAX_CHUNK_ENDS, RULE_LIMIT_CHUNKS
 from .types import Tokens
 
 RULE_SCHEDULE = "schedule"
 RULE_UNSCHEDULABLE = "schedule-unschedulable"
-MAX_CHUNKS = 1 << 20  # a schedule of more chunks is refused (a budget of 1 token on a long prompt)
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)
@@ -191,10 +191,6 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
         raise SpecError(RULE_UNSCHEDULABLE,
                         f"with chunked prefill off a prompt of {prompt} tokens never fits max_num_batched_tokens "
                         f"{schedule.budget} (vLLM leaves it waiting): raise the budget or turn chunked prefill on")
-    if prompt // min(schedule.budget, b) > MAX_CHUNKS:
-        raise SpecError(RULE_UNSCHEDULABLE,
-                        f"a budget of {schedule.budget} tokens cuts a prompt of {prompt} into more than {MAX_CHUNKS} "
-                        f"chunks (spec/schedule.py): use a larger budget")
     ends: list[Tokens] = []
     internals: list[Tokens] = []
     done = Tokens(0)
@@ -210,6 +206,11 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
         internals += compute_chunk_export(schedule, geometry, prompt, lookahead, done, end)
         done = end
         ends.append(done)
+        if len(ends) > MAX_CHUNK_ENDS:  # counted as they are cut: a budget, threshold or stop_every of a few tokens
+            raise SpecError(RULE_LIMIT_CHUNKS,
+                            f"the schedule (budget {schedule.budget}, threshold {schedule.long_prefill_threshold}, "
+                            f"stop_every {schedule.stop_every}) cuts a prompt of {prompt} tokens into more than "
+                            f"{MAX_CHUNK_ENDS} chunks (spec/limits.py): use a larger budget or threshold")
     return Checkpoints(ends=tuple(ends), internals=tuple(internals))
 
 

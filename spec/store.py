@@ -85,12 +85,10 @@ def compute_attention_set(geometry: Geometry, group: GroupId, prompt: Tokens) ->
     when the tail is stored, each block end of T's block range capped at T."""
     s = compute_span(geometry, group)
     full = compute_full_boundary(geometry, prompt)
-    points = []
-    if is_tail_stored(geometry, prompt):
-        t = compute_sub_block_tail(geometry, prompt)
-        last = -(-t // s) - 1
-        points = [min((i + 1) * s, t) for i in range(min(full // s, last), last + 1)]
-    return make_boundaries(points, make_run(s, full).runs)
+    if not is_tail_stored(geometry, prompt):
+        return make_run(s, full)
+    t = compute_sub_block_tail(geometry, prompt)  # T's block ends below T continue the run of whole spans
+    return make_boundaries([t], make_run(s, max(full, (-(-t // s) - 1) * s)).runs)
 
 
 def compute_mamba_set(geometry: Geometry, group: GroupId, prompt: Tokens) -> Boundaries:
@@ -213,21 +211,21 @@ def compute_store_objects_vllm(geometry: Geometry, prompt: Tokens, lookahead: in
     """Return every (group, boundary) object one request of P tokens stores under vLLM 0.33.0's connector (the
     positional save ends at the last whole L-block with its hashes: ⌊min(⌊P/L⌋·L, hashed)/L⌋·L); a Mamba state only
     where the schedule left one (spec/schedule.py)."""
-    hashed = compute_hashed_length(geometry, prompt, lookahead)
-    full = min(compute_full_boundary(geometry, prompt), hashed // compute_lcm_span(geometry) * compute_lcm_span(geometry))
+    hashed, lcm = compute_hashed_length(geometry, prompt, lookahead), compute_lcm_span(geometry)
+    full = min(compute_full_boundary(geometry, prompt), hashed // lcm * lcm)
     c = compute_checkpoint(geometry, prompt, lookahead)
     has_c = 0 < c <= hashed
-    lcm = compute_lcm_span(geometry)
     out: dict[GroupId, Boundaries] = {}
     for gid, g in enumerate(geometry.groups):
         gi = GroupId(gid)
         if g.kind == "attention":
             s = compute_span(geometry, gi)
             end = c + compute_proof_margin(geometry, gi)
-            points = []
-            if has_c and is_partial(geometry) and end <= min(prompt, hashed):
-                points = [min((i + 1) * s, end) for i in range(c // lcm * lcm // s, -(-end // s))]
-            out[gi] = make_boundaries(points, compute_span_run(geometry, gi, full).runs)
+            if has_c and is_partial(geometry) and end <= min(prompt, hashed):  # each block end from C's L-block to
+                # the end: they continue the run of whole spans (⌊C/L⌋·L <= full), then the end itself
+                out[gi] = make_boundaries([end], compute_span_run(geometry, gi, max(full, (-(-end // s) - 1) * s)).runs)
+            else:
+                out[gi] = compute_span_run(geometry, gi, full)
             continue
         b = g.block_size
         states = compute_mamba_state_set(schedule, geometry, prompt, lookahead, b, c)

@@ -97,3 +97,19 @@ def test_compact_limits_are_named():
     with pytest.raises(SpecError) as exc:
         Scenario(geometry=g, prompt=10**7, stored=big, schedule=Schedule(budget=16))
     assert exc.value.rule == RULE_LIMIT_CHUNKS
+
+
+@pytest.mark.parametrize("rules", ["vllm-0.34.0", "vllm-0.33.0", "pr53324", "legacy"])
+def test_block_sizes_with_a_large_common_multiple(rules):
+    """The held-out fuzz (tools/fuzz_explain.py): a 4096-token MLA group at D = 8 beside 2-token blocks (L = 32768)
+    was refused past the explicit limit (limit-shards: 16,384 block ends of the tail's L-block per request, listed as
+    points); those block ends continue the run of whole spans (spec/store.py), so it is answered on runs — equal to
+    the explicit spec at sizes both can do, and at 10^7 tokens within the CPU budget."""
+    g = make_geometry(1, [("attention", 4096, True), ("attention", 2, False), ("mamba", 2, False)], dcp=8,
+                      retention="dense")
+    for n in (40_000, 70_001, 98_305):
+        stored = (StoredRequest(prompt=n, shared=n - 3), StoredRequest(prompt=n + 9, shared=n // 2 + 7))
+        same(Scenario(geometry=g, prompt=n, stored=stored, rules=rules))
+    big = (StoredRequest(prompt=10**7, shared=10**7 - 5),) * 2 + (StoredRequest(prompt=10**7 + 3, shared=77_777),)
+    sc = Scenario(geometry=g, prompt=10**7, stored=big, rules=rules)
+    assert is_compact(sc) and evaluate_scenario(sc).hit_length > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
-from kvspec.spec.limits import compute_longest_prompt
+from kvspec.spec.limits import MAX_CHUNK_ENDS, compute_longest_prompt
 from kvspec.spec.rules import STORE_VLLM_0_33, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest
 from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule, compute_scheduler_block
@@ -35,13 +35,17 @@ def geometries(draw: st.DrawFn, max_unit: int = 256, max_q: int = 16) -> Geometr
 
 
 @st.composite
-def schedules(draw: st.DrawFn, g: Geometry) -> Schedule:
+def schedules(draw: st.DrawFn, g: Geometry, longest: int = 0, requests: int = 1) -> Schedule:
     """Draw the block schedule or a chunk budget (from a quarter of the Mamba block to 4 scheduler blocks), with or
-    without prefill checkpoint blocks and a long-prefill threshold."""
+    without prefill checkpoint blocks and a long-prefill threshold; for `requests` prompts of up to `longest` tokens
+    the budget is large enough that their chunks stay within spec/limits.py MAX_CHUNK_ENDS (a chunk of c = min(budget,
+    threshold) tokens is cut to at least c/2 at a block end, or stops at a block end or one of three positions: at
+    most 2·P/c + 6 chunks; the threshold is at least budget/2)."""
     b = compute_scheduler_block(g)
     if b == 0 or draw(st.booleans()):
         return BLOCK_SCHEDULE
-    budget = draw(st.integers(max(1, b // 4), 4 * compute_lcm_span(g)))
+    least = -(-4 * longest * requests // (MAX_CHUNK_ENDS - 6 * requests)) + 4 if longest else 1
+    budget = draw(st.integers(max(1, b // 4, least), max(4 * compute_lcm_span(g), least)))
     return Schedule(budget=budget, checkpoint_alignment=draw(st.sampled_from([None, None, 1, g.unit])),
                     long_prefill_threshold=draw(st.sampled_from([0, 0, 0, budget // 2])))
 
@@ -72,7 +76,8 @@ def scenarios(draw: st.DrawFn, rules: str | None = None, max_blocks: int = 6, ev
         shards = sorted(compute_rank_objects(g, objs))
         if shards and draw(st.booleans()):
             evicted = frozenset(draw(st.lists(st.sampled_from(shards), max_size=4)))
-    schedule = draw(schedules(g)) if get_rules(rules).store == STORE_VLLM_0_33 else BLOCK_SCHEDULE
+    schedule = (draw(schedules(g, max(r.prompt for r in stored), len(stored)))
+                if get_rules(rules).store == STORE_VLLM_0_33 else BLOCK_SCHEDULE)
     return Scenario(geometry=g, prompt=n, stored=tuple(stored), evicted=evicted, rules=rules, schedule=schedule)
 
 
