@@ -89,6 +89,11 @@ def test_schemas_reject_what_is_not_a_result():
                 {**good, "load": [{**good["load"][0], "present": "yes"}]}):
         with pytest.raises(jsonschema.ValidationError):
             v.validate(bad)
+    runs = {"group": 0, "runs": [[16, 16, 64]], "points": [70], "evicted": []}
+    v.validate({**good, "form": "compact", "stored": [runs]})
+    for item in ({"group": 0, "boundary": 0}, {**runs, "boundary": 16}, {**runs, "runs": [[16, 16]]}, 7):
+        with pytest.raises(jsonschema.ValidationError):
+            v.validate({**good, "stored": [item]})
     with pytest.raises(jsonschema.ValidationError):  # two ways of saying what was stored
         validator("scenario.schema.json").validate({"groups": [{"kind": "mamba", "block_size": 4}], "prompt": 4,
                                                      "stored_prompt": 4, "requests": []})
