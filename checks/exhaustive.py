@@ -120,6 +120,7 @@ class Scope:
     evict: bool = True  # single-shard and all-rank evictions of every stored object
     rules: str = PR53324
     schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,)  # how the stored requests were scheduled (spec/schedule.py)
+    fast_every: int = 40  # `verify --fast` visits one geometry in this many
 
     def describe(self) -> str:
         """Return the scope in words (the verify table's statements quote it)."""
@@ -140,6 +141,13 @@ class Scope:
         """Yield the scope's geometries offset, offset+stride, ..."""
         for k, g in enumerate(iterate_geometries(self.dcps, self.units, self.max_q)):
             if k % stride == offset:
+                yield g
+
+    def sample(self, part: int, parts: int, every: int = 1) -> Iterator[Geometry]:
+        """Yield the part-th of each `parts` consecutive geometries of the sample that keeps one in `every` (geometries
+        0, every, 2·every, … dealt to the parts in turn): the geometries one of a check's parallel parts visits."""
+        for k, g in enumerate(iterate_geometries(self.dcps, self.units, self.max_q)):
+            if k % every == 0 and (k // every) % parts == part:
                 yield g
 
     def scenarios(self, geometry: Geometry) -> Iterator[Scenario]:

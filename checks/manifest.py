@@ -40,7 +40,6 @@ Part = dict[str, Any]  # what one part of a check returns (plain data: it crosse
 FAST_THEOREMS = ("I-1/2", "I-6", "CONTENT-KEY", "CONTENT-KEY@legacy-hashes", "LEMMA-MAMBA", "I-14", "I-18", "I-20",
                  "LEGACY-D1-SAFE", "LEGACY-I-20")
 CHUNKS = 12  # an exhaustive scope is split into this many parts (geometries k, k + 12, ...)
-FAST_SAMPLE = 40  # --fast visits every 40th geometry of an exhaustive scope
 MAX_FAILURES = 3  # failures a row keeps
 
 
@@ -274,7 +273,7 @@ class ExhaustiveCheck(SharedPass):
     judge: str = "registry"  # a key of JUDGES
     chunks: int = CHUNKS  # parts (geometries k, k + chunks, ...)
     budget_s: float = 8.0  # per part
-    fast: bool = True  # --fast samples every FAST_SAMPLE-th geometry
+    fast: bool = True  # --fast samples one geometry in Scope.fast_every
 
     def __attrs_post_init__(self) -> None:
         first = self.rows[0][1]
@@ -289,7 +288,8 @@ class ExhaustiveCheck(SharedPass):
         j, k = JUDGES[self.judge], len(self.rows)
         n, judged, secs = [0] * k, [0] * k, [0.0] * k
         bad: list[list[dict[str, Any]]] = [[] for _ in range(k)]
-        for g in self.rows[0][1].geometries(stride=self.chunks * (FAST_SAMPLE if fast else 1), offset=part):
+        scope = self.rows[0][1]
+        for g in scope.sample(part, self.chunks, scope.fast_every if fast else 1):
             verdicts: dict[tuple[Any, ...], Any] = {}  # this geometry's, under every rule set of the pass
             for i, (_, scope) in enumerate(self.rows):
                 t0 = time.perf_counter()
@@ -538,17 +538,13 @@ class PropertyCheck:
 
     def run(self, part: Any, fast: bool) -> Part:
         from .adapters import format_explain_command
-        from .exhaustive import iterate_geometries
-        stride = self.sample * (FAST_SAMPLE if fast else 1)
         rows: dict[str, dict[str, Any]] = {rules: {"n": 0, "fails": 0, "above": 0, "bad": [], "seconds": 0.0}
                                            for rules, e, _ in self.rows if e == PROPERTY_HOLDS or not fast}
         stages = SPEC_STAGES
         if self.mutant is not None:
             from .mutants import MUTANTS
             stages = next(m.stages for m in MUTANTS if m.name == self.mutant)
-        for i, g in enumerate(iterate_geometries(self.scope.dcps, self.scope.units, self.scope.max_q)):
-            if i % stride or (i // stride) % CHUNKS != part:
-                continue
+        for g in self.scope.sample(part, CHUNKS, self.sample * (self.scope.fast_every if fast else 1)):
             memo = Memo(stages)  # this geometry's, under every rule set of the pass
             for rules, r in rows.items():
                 t0 = time.perf_counter()
