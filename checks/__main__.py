@@ -1,3 +1,3 @@
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 
 raise SystemExit(main())

@@ -1,7 +1,7 @@
 """What runs for each rule set, in one table: adding a rule set to checks/ is adding a row here.
 
 The rule sets themselves (what they do) are values in spec/rules.py; this table says how checks/ exercises
-each: its test vectors, whether it has a closed form and a Z3 chain (checks/closed_form.py, prove.py), a row
+each: its test vectors, whether it has a closed form and a Z3 chain (checks/verify/closed_form.py, prove.py), a row
 in make verify's exhaustive pass, the bench and efficiency tables, and the engine release whose own code is
 its oracle (`kvspec conform vllm` compares an installed vLLM with the row whose `oracle` names its version),
 and what each cache-efficiency property gives under it (holds, or refuted with its measured count).
@@ -36,7 +36,7 @@ PROPERTY_REFUTED = "refuted"
 
 @attrs.frozen
 class Expect:
-    """What one cache-efficiency property row (checks/efficiency.py PROPERTIES) gives under the rule set: holds or
+    """What one cache-efficiency property row (checks/verify/efficiency.py PROPERTIES) gives under the rule set: holds or
     refuted, measured on one geometry in `sample` of its scope, and a refuted row's refutations at that sample (a
     change in either direction fails the row and is worth a look; make verify-full samples nothing and judges only
     holds / refuted)."""
@@ -96,7 +96,7 @@ RULE_CHECKS: tuple[RuleChecks, ...] = (
                oracle="vllm==0.34.0",
                properties=(_holds("SPLIT", 3), _holds("CONTENT", 7), _holds("FINISHED", 13), _holds("COMPACT", 13))),
     # SGLang (issue 32): stated from SGLang 0.5.23's sources; its own code is the oracle (kvspec conform sglang,
-    # checks/sglang_oracle.py: the wheel, not an installed release) and answers the vectors as an adapter. CONTENT: the
+    # checks/conform/sglang_oracle.py: the wheel, not an installed release) and answers the vectors as an adapter. CONTENT: the
     # draft-KV hazard of Mamba hybrids with EAGLE (plain page keys), closed by bigram keys, on every geometry of the
     # scope SGLang runs (its configuration refuses the rest)
     RuleChecks(rules=SGLANG_0_5_23, vectors=VECTORS_FULL, key_vectors=False, exhaustive=EXHAUSTIVE_VERIFY, bench=False,

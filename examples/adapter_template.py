@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvspec.checks.adapters import IMPL as _engine  # the stand-in engine; yours goes here
+from kvspec.checks.conform.adapters import IMPL as _engine  # the stand-in engine; yours goes here
 from kvspec.spec.geometry import Geometry
 from kvspec.spec.rules import get_rules
 
 Obj = tuple[int, int]  # (group id, boundary t): that group's block keyed by H_t, the hash of the first t tokens
 
-# What this port supports, per axis of the coverage table (checks/coverage.py); an axis left out: all of it.
+# What this port supports, per axis of the coverage table (checks/conform/coverage.py); an axis left out: all of it.
 # The kit runs only these classes and fails the run if one of them got no case.
 CLAIMS: dict[str, list[object]] = {"dcp": [1, 2, 3, 4, 8, 16, 32, 64]}
 

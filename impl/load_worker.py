@@ -1,6 +1,6 @@
 """One rank process under load: up to `concurrency` requests in flight, no collectives.
 
-`python -m kvspec.impl.load_worker --serve JOB RANK`, driven by checks/load.py through JSON lines
+`python -m kvspec.impl.load_worker --serve JOB RANK`, driven by checks/bench/load.py through JSON lines
 on stdin/stdout; every command carries an `id` and is answered (in any order) with that id.
 Commands run on a thread pool, so stores, lookups and loads of different requests overlap in one
 process and one Mooncake client. Every command is a step of the rank pipeline (impl/pipeline.py) without a

@@ -1,6 +1,6 @@
 """One rank of the transfer bench: the implementation's store and load paths against raw Mooncake batch calls.
 
-`python -m kvspec.impl.transfer_bench JOB RANK OUT`, started D times by checks/bench.py through
+`python -m kvspec.impl.transfer_bench JOB RANK OUT`, started D times by checks/bench/runner.py through
 cluster.run_ranks. Each rank builds a request's paged KV at a realistic layout (attention slots of
 `width` float32 per token, Mamba states of `mamba_width`), then per iteration, all ranks in step:
 store through RankEngine.store_request (plan, keys, existence check, zero-copy put) and put the very

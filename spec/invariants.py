@@ -7,7 +7,7 @@ Two kinds of predicate:
 * ``scenario`` — over a :class:`Witness` (the observable quantities of one lookup: h, the
   bound, each group's span, tail block, tail boundary, tail load key and membership in E).
   On ints the witness comes from the executable spec (:func:`compute_witness`); for Z3 it is
-  built from the closed form of the attention + Mamba lookup (``checks/closed_form.py``).
+  built from the closed form of the attention + Mamba lookup (``checks/verify/closed_form.py``).
 * ``maximal`` — over the same witness: the best, not only the safe (h is the best hit E allows,
   each tail boundary the smallest); checked exhaustively (``make verify``'s EXHAUSTIVE rows).
 * ``failure`` — over a :class:`FailureWitness` of a partly failed load (F-1..F-7, F-MAX);

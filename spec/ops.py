@@ -3,7 +3,7 @@
 Inside a predicate use ``ops.*`` for everything whose meaning differs between Python and
 Z3 (division, modulo, min/max, conditionals, boolean connectives, bounded quantifiers);
 bare ``+ - *`` and comparisons only.  Every divisor must be >= 1: IntOps asserts it, the Z3
-backend (``kvspec.checks.z3ops.Z3Ops``, with the prover's tactics) records it as a side
+backend (``kvspec.checks.verify.z3ops.Z3Ops``, with the prover's tactics) records it as a side
 condition that the prover must show is implied by the precondition.  The spec itself never
 imports z3.
 """

@@ -190,7 +190,7 @@ class Scenario:
 
 @attrs.frozen(kw_only=True, cache_hash=True)  # a memo key of every stored-set read
 class Stages:
-    """The spec's replaceable rules, the one extension point: every mutant (checks/mutants.py) is a variant."""
+    """The spec's replaceable rules, the one extension point: every mutant (checks/verify/mutants.py) is a variant."""
 
     store: Callable[[RuleSet, Geometry, Tokens, Schedule], frozenset[Obj]] = compute_rule_store
     present: Callable[[Geometry, frozenset[Obj], frozenset[RankObj]], frozenset[Obj]] = compute_present_after

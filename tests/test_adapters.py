@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kvspec.checks.adapters import IMPL, LEGACY, EngineAdapter, load_adapter, run_adapter_conformance
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
+from kvspec.checks.conform.adapters import IMPL, LEGACY, EngineAdapter, load_adapter, run_adapter_conformance
 from kvspec.spec.errors import SpecError
 from kvspec.spec.scenario import decode_scenario
 
@@ -88,7 +88,7 @@ def test_an_adapter_that_raises_shows_its_traceback():
                 raise ZeroDivisionError("my engine's lookup")
             return IMPL.lookup(geometry, present, prompt, rules)
 
-    from kvspec.checks.adapters import format_adapter_report
+    from kvspec.checks.conform.adapters import format_adapter_report
     rep = run_adapter_conformance(Raising(), "pr53324", examples=0)
     bad = rep["vector_disagreements"]
     assert bad and all(d["fields"] == ["raised"] and "ZeroDivisionError" in d["traceback"] for d in bad)
@@ -98,11 +98,11 @@ def test_an_adapter_that_raises_shows_its_traceback():
 
 def test_cli_modes_paths_and_bad_adapters(capsys, tmp_path):
     require("torch")
-    assert main(["conform", "--adapter", "kvspec.checks.adapters:IMPL", "--examples", "5"]) == 0
-    assert main(["conform", "--adapter", "kvspec.checks.adapters:LEGACY", "--rules", "pr53324",
+    assert main(["conform", "--adapter", "kvspec.checks.conform.adapters:IMPL", "--examples", "5"]) == 0
+    assert main(["conform", "--adapter", "kvspec.checks.conform.adapters:LEGACY", "--rules", "pr53324",
                  "--examples", "5"]) == 1
     assert "DISAGREEMENT" in capsys.readouterr().out
-    for bad in ("nope", "kvspec.checks.adapters:NOPE", "json:dumps", "no/such/file.py:X"):
+    for bad in ("nope", "kvspec.checks.conform.adapters:NOPE", "json:dumps", "no/such/file.py:X"):
         with pytest.raises(SpecError):
             load_adapter(bad)
     assert isinstance(IMPL, EngineAdapter)
@@ -128,7 +128,7 @@ def test_every_generated_scenario_lies_in_its_class():
     """The coverage table is honest: classify() puts every scenario the generator draws for a class in that class,
     and every class has scenarios under pr53324 and vLLM 0.34.0 (a lone attention group under DCP > 1 hashes every
     b·D tokens, u = its span: expressible since the unit need only divide the span)."""
-    from kvspec.checks.coverage import CLASSES, classify, compute_class_scenarios
+    from kvspec.checks.conform.coverage import CLASSES, classify, compute_class_scenarios
     for rules in ("pr53324", "vllm-0.34.0"):
         empty = 0
         for c in CLASSES:
@@ -136,3 +136,4 @@ def test_every_generated_scenario_lies_in_its_class():
             empty += not scs
             assert all(classify(sc) == c for sc in scs), c
         assert empty == 0
+

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 from kvspec.spec.errors import SpecError
 from kvspec.spec.scenario import decode_scenario
 

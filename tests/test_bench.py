@@ -11,7 +11,7 @@ pytestmark = pytest.mark.live
 
 def test_transfer_bench_small_layout():
     require("mooncake.store")
-    from kvspec.checks.bench import LayerLayout, bench_transfer, format_bench
+    from kvspec.checks.bench.runner import LayerLayout, bench_transfer, format_bench
     lay = LayerLayout(attention_layers=1, latent=64, state_layers=1, state_heads=2, state_head_dim=16)
     r = bench_transfer(dcp=2, tokens=4096, repeats=1, layout=lay)
     print(format_bench({"transfer": [r]}))
@@ -25,7 +25,7 @@ def test_lookup_bench_on_a_real_master():
     """The lookup's probes go through a real master's batch_is_exist: the same hit and tails as the spec, one round for
     a resend, and both call patterns timed (figures printed, not judged)."""
     require("mooncake.store")
-    from kvspec.checks.bench import bench_lookup_master, format_bench
+    from kvspec.checks.bench.runner import bench_lookup_master, format_bench
     rows = bench_lookup_master((32_768,), ("vllm-0.34.0",))
     print(format_bench({"lookup": rows}))
     (r,) = rows
@@ -38,7 +38,7 @@ def test_deadline_table_on_a_real_master():
     the spec), vLLM's with every rank's unit-boundary keys, kvspec's with far fewer; each row says whether it passed
     the 1 s deadline, and the summary where each pattern first does (figures printed, not judged)."""
     require("mooncake.store")
-    from kvspec.checks.bench import bench_deadline, format_deadline
+    from kvspec.checks.bench.runner import bench_deadline, format_deadline
     rows = bench_deadline(dcps=(1, 2), sizes=(32_768, 65_536))
     print("\n".join(format_deadline(rows)))
     assert [(r["dcp"], r["tokens"]) for r in rows] == [(1, 32_768), (1, 65_536), (2, 32_768), (2, 65_536)]

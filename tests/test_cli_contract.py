@@ -10,7 +10,7 @@ import pytest
 
 import kvspec
 import kvspec.spec
-from kvspec.checks.cli import build_parser
+from kvspec.checks.cli.main import build_parser
 
 from .support.cli import run_cli
 
@@ -173,7 +173,7 @@ def test_bare_kvspec_prints_a_usage_line(capsys):
     ["bench", "--efficiency-only", "--dcp", "2"],
     ["bench", "--transfer-only", "--plot", "x.png"],
     ["conform", "vllm", "--examples", "5"],
-    ["conform", "--adapter", "kvspec.checks.adapters:IMPL", "--count", "5"],
+    ["conform", "--adapter", "kvspec.checks.conform.adapters:IMPL", "--count", "5"],
 ])
 def test_a_flag_the_mode_does_not_read_is_an_error(argv, capsys):
     """Every mode refuses the flags it would ignore (exit 2, naming them), instead of running without them."""

@@ -1,6 +1,6 @@
 """Hostile input to `kvspec explain`: huge and odd numbers, deep or non-UTF-8 files, endless streams.
 
-The contract (spec/limits.py, checks/cli.py): exit 0 with an answer, or exit 2 with one line naming the
+The contract (spec/limits.py, checks/cli/main.py): exit 0 with an answer, or exit 2 with one line naming the
 rule; never a traceback, never a hang, never a memory blow-up; every answer within 2 s of CPU time.
 A fuzz (thousands of in-process runs) plus a regression corpus of cases that once broke it.
 """
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 
 ONE_LINE = re.compile(r"^kvspec: error: [a-z0-9-]+: .+$")
 CPU_BUDGET_S = 2.0
@@ -176,10 +176,10 @@ def test_entry_point_under_memory_cap(files):
 
 
 def test_an_answer_past_its_cpu_budget_is_refused_by_name(monkeypatch, tmp_path):
-    """Issue 30: a CPU-time budget per answer (checks/budget.py; ITIMER_PROF, not wall time): past it, exit 2 naming
+    """Issue 30: a CPU-time budget per answer (checks/cli/budget.py; ITIMER_PROF, not wall time): past it, exit 2 naming
     limit-cpu, nothing printed; with --scenarios only that line is an error object. Shown with a budget of 10 ms on
     scenarios that take ~0.1 s (the timer counts in scheduler ticks)."""
-    import kvspec.checks.budget as budget
+    import kvspec.checks.cli.budget as budget
     monkeypatch.setattr(budget, "CPU_BUDGET_S", 0.01)
     argv = ["explain", "--group", "attention:1", "--group", "mamba:1", "--unit", "1", "--retention", "dense",
             "--stored-prompt", "10000", "--prompt", "10000", "--json"]
@@ -207,7 +207,7 @@ def test_a_budget_signal_swallowed_inside_the_block_still_refuses_the_answer():
     again when the block ends."""
     import pytest
 
-    from kvspec.checks.budget import RULE_LIMIT_CPU, limit_cpu
+    from kvspec.checks.cli.budget import RULE_LIMIT_CPU, limit_cpu
     from kvspec.spec.errors import SpecError
     swallowed = 0
     with pytest.raises(SpecError) as err, limit_cpu("the block", seconds=0.01):
@@ -224,7 +224,7 @@ def test_ten_thousand_evictions_cost_what_they_name():
     """The held-out fuzz (tools/fuzz_explain.py): 10^4 `--evict` flags took 4.3 s of CPU in argparse alone (its cost is
     quadratic in option strings); the CLI takes the repeatable flags out before it parses. Order, the `=` form and an
     abbreviated flag keep argparse's meaning."""
-    from kvspec.checks.cli import _gather_repeated
+    from kvspec.checks.cli.main import _gather_repeated
     evict = [a for k in range(1, 10_001) for a in ("--evict", f"0:{16 * k}:0")]
     argv = ["explain", "--dcp", "1", "--unit", "16", "--group", "attention:16", "--group", "mamba:16",
             "--stored-prompt", "1000000", "--prompt", "1000000", *evict, "--json"]

@@ -13,7 +13,7 @@ import random
 import attrs
 import pytest
 
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span
 from kvspec.spec.rules import RULE_SETS, compute_lookahead, get_rules
@@ -132,7 +132,7 @@ def test_the_implementation_reads_the_rule_alike():
     vLLM rule set."""
     import torch
 
-    from kvspec.checks.adapters import compute_impl_store_rule
+    from kvspec.checks.conform.adapters import compute_impl_store_rule
     from kvspec.impl.engine import RankEngine
     rng, compared, deferred, decode_phase = random.Random(28), 0, 0, 0
     while compared < 1500:
@@ -213,7 +213,7 @@ def test_max_hit_fails_beside_a_second_attention_span():
     """Found while sweeping continuing readers (no writer decoded here): with a second attention group of a larger
     span, the lookup stops at that group's whole block although its checkpoint tail key (C + margin, here 120) would
     serve a higher hit — the physical best is 88, the hit 64 (vLLM 0.33.0's rule set; seen under pr53324 and 0.34.0
-    too). vLLM 0.33.0's own lookup code hits 64 as well (checks/vllm_oracle.py compute_answer, run by hand): an
+    too). vLLM 0.33.0's own lookup code hits 64 as well (checks/conform/vllm_oracle.py compute_answer, run by hand): an
     efficiency gap of the engine that kvspec states faithfully, not a spec error. The registry's MAX-HIT rows hold
     because their scope has one attention span; pinned until the efficiency claim is restated for several spans."""
     from kvspec.spec.invariants import compute_violations, compute_witness

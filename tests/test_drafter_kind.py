@@ -11,7 +11,7 @@ import random
 import attrs
 import pytest
 
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 from kvspec.spec.content import compute_wrong_positions
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group

@@ -11,7 +11,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 from kvspec.spec.geometry import make_geometry
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
 from kvspec.spec.presets import get_preset
@@ -63,7 +63,7 @@ def test_vllm_resend_closed_form_at_scale(p, retention, eagle):
 
 def test_efficiency_rows_can_fail():
     """A property row expected to hold fails when it is refuted, and one expected refuted fails when it holds."""
-    from kvspec.checks.manifest import PropertyCheck
+    from kvspec.checks.verify.manifest import PropertyCheck
     wrong = PropertyCheck(prop="MONO-EVICT", rows=(("pr53324", "holds", None),), sample=7)
     (row,) = wrong.render([wrong.run(k, True) for k in wrong.parts(True)])
     assert not row.ok and row.detail["command"].startswith("kvspec explain")
@@ -101,8 +101,8 @@ def test_a_store_rule_that_stores_less_is_caught_by_the_efficiency_rows():
     smaller E and pass it (every hit is still the best that E allows); the efficiency rows judge the store rule: the
     PR's tail condition inverted (drop T when it is a multiple of *any* Mamba block size) loses resends the PR's rule
     hits — the two-Mamba preset: 12 → 0 — and moves the pinned refutation count of RESEND/pr53324."""
-    from kvspec.checks.efficiency import Memo, iterate_resend
-    from kvspec.checks.mutants import MUTANTS
+    from kvspec.checks.verify.efficiency import Memo, iterate_resend
+    from kvspec.checks.verify.mutants import MUTANTS
     m = next(x for x in MUTANTS if x.name == "store-tail-any-mamba")
     g = get_preset("tiny-two-mamba")
     sc = Scenario(geometry=g, prompt=18, stored=(StoredRequest(prompt=18, shared=18),), rules="pr53324")
@@ -116,7 +116,7 @@ def test_a_store_rule_that_stores_less_is_caught_by_the_efficiency_rows():
 def test_a_refuted_row_keeps_its_measured_count():
     """A refuted efficiency row fails when its refutation count moves (either way), naming both counts; without a
     pinned count (make verify-full) only holds / refuted is judged."""
-    from kvspec.checks.manifest import PropertyCheck
+    from kvspec.checks.verify.manifest import PropertyCheck
     part = {"rows": {"pr53324": {"n": 100, "fails": 7, "above": 0, "bad": [{"command": "kvspec explain …",
                                                                              "what": "h 0 vs best 1"}],
                                  "seconds": 0.1}}}

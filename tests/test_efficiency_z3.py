@@ -9,10 +9,10 @@ require("z3")
 
 import attrs  # noqa: E402
 
-from kvspec.checks import link as L  # noqa: E402
-from kvspec.checks import prove as P  # noqa: E402
-from kvspec.checks.closed_form import Params  # noqa: E402
-from kvspec.checks.prove import compute_theorems, prove  # noqa: E402
+from kvspec.checks.verify import link as L  # noqa: E402
+from kvspec.checks.verify import prove as P  # noqa: E402
+from kvspec.checks.verify.closed_form import Params  # noqa: E402
+from kvspec.checks.verify.prove import compute_theorems, prove  # noqa: E402
 
 LOOKAHEAD = "@vllm-0.33.0-lookahead"
 KINDS = (*P.EFFICIENCY_STEPS, *P.EFFICIENCY_CLAIMS)

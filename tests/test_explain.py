@@ -10,7 +10,7 @@ import time
 import pytest
 from hypothesis import given
 
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 
 from .support.strategies import scenarios
 

@@ -88,7 +88,7 @@ def test_closure_mutants_are_caught():
     sc = Scenario(geometry=g, prompt=15000, stored=(StoredRequest(prompt=15000, shared=15000),))
     out = evaluate_scenario(sc)
     ok = (True, False, True)
-    from kvspec.checks.mutants import MUTANTS
+    from kvspec.checks.verify.mutants import MUTANTS
     by_name = {m.name: m.stages for m in MUTANTS}
     assert "F-3" in compute_failure_violations(sc, out, ok, by_name["closure-keeps-hit"])  # keeps the hit
     assert "F-7" in compute_failure_violations(sc, out, ok, by_name["closure-retry-same-hit"])  # same hit again

@@ -59,7 +59,7 @@ def test_impl_lookup_equals_spec_on_arbitrary_present_sets(sc):
 def test_impl_probes_far_fewer_keys_on_kimi():
     """Issue 30's target: >= 20x fewer probes than vLLM's full probe at 128k and >= 50x at 1M under the default rule
     set and vllm-0.34.0, in <= 2 rounds, the same answer; every measured rule set >= 10x from 128k on."""
-    from kvspec.checks.bench import bench_lookup
+    from kvspec.checks.bench.runner import bench_lookup
     from kvspec.spec.rules import DEFAULT_RULES
     rows = bench_lookup((32_768, 131_072, 1_048_576))
     for r in rows:
@@ -78,3 +78,31 @@ def test_the_fake_store_is_a_store_client():
     assert isinstance(FakeMooncake(), StoreClient)
     assert all(callable(getattr(MooncakeKV, m)) for m in ("register", "unregister", "exist", "put", "get", "remove",
                                                           "close"))
+
+
+OPTIONAL = ("z3", "torch", "numpy", "hypothesis", "vllm", "sglang", "matplotlib", "xxhash", "cbor2", "kvspec.impl")
+CHECKS = Path(__file__).resolve().parent.parent / "checks"
+
+
+def test_checks_imports_at_module_top_except_optional_dependencies():
+    """Issue 27: checks/'s import graph is readable from module tops. A function may import only an optional
+    dependency (z3, torch, hypothesis, vLLM, SGLang, matplotlib, …, or impl/, which needs torch); cli/main.py also
+    imports a command's module when that command runs (`kvspec explain` starts without the prover or the oracles)."""
+    bad = []
+    for f in sorted(CHECKS.rglob("*.py")):
+        rel = f.relative_to(CHECKS).as_posix()
+        for fn in ast.walk(ast.parse(f.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    mods = ["." * node.level + (node.module or "")]
+                elif isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names]
+                else:
+                    continue
+                for m in mods:
+                    lazy_command = rel == "cli/main.py" and m.startswith("kvspec.checks.")
+                    if not (m.startswith(OPTIONAL) or lazy_command):
+                        bad.append(f"checks/{rel}:{node.lineno} {m}")
+    assert not bad, bad

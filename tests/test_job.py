@@ -36,7 +36,7 @@ def test_job_round_trips_through_json():
 def test_scenario_job_carries_the_rule_sets_data_not_its_name():
     """impl/ reads what the rule set does (store rule, tail key, λ), set by the harness from the rule set's fields;
     the name is only reported."""
-    from kvspec.checks.adapters import compute_impl_store_rule
+    from kvspec.checks.conform.adapters import compute_impl_store_rule
     sc = full_job().scenarios[0]
     assert (sc.store_rule, sc.tail_at_hit, sc.lookahead) == ("checkpoint", True, 1)
     assert ScenarioJob(seed=1, prefix="x", prompt=9, rules="anything").store_rule == "prompt-tail"  # the default

@@ -7,8 +7,8 @@ import json
 import attrs
 import pytest
 
-from kvspec.checks.cli import main
-from kvspec.checks.keys_tool import compute_engine_chain, compute_key_report, format_key_report, parse_key_vllm
+from kvspec.checks.cli.keys_tool import compute_engine_chain, compute_key_report, format_key_report, parse_key_vllm
+from kvspec.checks.cli.main import main
 from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, compute_hash_at, compute_hash_chain
 from kvspec.spec.presets import get_preset
 from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored_objects

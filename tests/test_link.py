@@ -3,8 +3,8 @@ each rule set's store rule."""
 
 from __future__ import annotations
 
-from kvspec.checks.closed_form import Params
-from kvspec.checks.link import compare
+from kvspec.checks.verify.closed_form import Params
+from kvspec.checks.verify.link import compare
 
 
 def test_link_on_the_worked_example():
@@ -13,18 +13,18 @@ def test_link_on_the_worked_example():
 
 
 def test_failure_link_on_a_small_scope():
-    from kvspec.checks.link import LINK_SCOPE, compare_failure
+    from kvspec.checks.verify.link import LINK_SCOPE, compare_failure
     assert all(compare_failure(x) is None for k, x in enumerate(LINK_SCOPE.iterate()) if k % 97 == 0)
 
 
 def test_link_under_vllm_rules():
     """The closed form of vLLM 0.33.0's store rule equals the spec: the worked example and a slice of the scope."""
-    from kvspec.checks.link import LINK_SCOPE
+    from kvspec.checks.verify.link import LINK_SCOPE
     x = Params(u=128, q=12, d=8, e=1, dense=0, p=15000, n=15000, s_shared=15000)
     assert compare(x, rule="vllm-0.33.0") is None and compare(x, draft=True, rule="vllm-0.33.0") is None
     assert all(compare(x, rule="vllm-0.33.0") is None for k, x in enumerate(LINK_SCOPE.iterate()) if k % 101 == 0)
     # and the two rule sets' closed forms differ (the link would catch a closed form of the wrong rule)
-    from kvspec.checks.closed_form import compute_closed_form
+    from kvspec.checks.verify.closed_form import compute_closed_form
     from kvspec.spec.ops import IntOps
     assert compute_closed_form(IntOps, x, "vllm-0.33.0")[0].hit != compute_closed_form(IntOps, x)[0].hit
 
@@ -32,8 +32,8 @@ def test_link_under_vllm_rules():
 def test_link_under_lookahead_rules():
     """The closed form with hash lookahead (λ = 1: no EAGLE drop, hashes stop at ⌊(P−1)/u⌋, visibility t + 1 <= S, the
     lookup bound ⌊(N−1)/u⌋) equals the spec on a slice of the scope, and differs from vLLM 0.33.0's where it should."""
-    from kvspec.checks.closed_form import compute_closed_form
-    from kvspec.checks.link import LINK_SCOPE
+    from kvspec.checks.verify.closed_form import compute_closed_form
+    from kvspec.checks.verify.link import LINK_SCOPE
     from kvspec.spec.ops import IntOps
     rule = "vllm-0.33.0-lookahead"
     assert all(compare(x, rule=rule) is None for k, x in enumerate(LINK_SCOPE.iterate()) if k % 101 == 0)
@@ -47,8 +47,8 @@ def test_failure_link_per_rule_set():
     """Each rule set's closed safe boundary equals spec/failure.py on a slice of the scope, and the pinned case where
     the first vLLM link differed: a safe boundary taken at the PR's replay point R (u = 1, b = 2, D = 2, EAGLE, replay,
     P = N = S = 4) where vLLM 0.33.0's EAGLE retention keeps only R1, R2 and the checkpoint C."""
-    from kvspec.checks.closed_form import compute_closed_form, compute_closed_safe
-    from kvspec.checks.link import LINK_SCOPE, compare_failure
+    from kvspec.checks.verify.closed_form import compute_closed_form, compute_closed_safe
+    from kvspec.checks.verify.link import LINK_SCOPE, compare_failure
     from kvspec.spec.ops import IntOps
     for rule in ("vllm-0.33.0", "vllm-0.33.0-lookahead"):
         assert all(compare_failure(x, rule) is None for k, x in enumerate(LINK_SCOPE.iterate()) if k % 97 == 0)
@@ -66,8 +66,8 @@ def test_link_over_the_states_a_schedule_left():
     closed form handed the block schedule's states disagrees with the spec under the budget (the link can fail)."""
     import attrs
 
-    from kvspec.checks.closed_form import StateSet, compute_closed_form
-    from kvspec.checks.link import (
+    from kvspec.checks.verify.closed_form import StateSet, compute_closed_form
+    from kvspec.checks.verify.link import (
         LINK_SCOPE_SCHEDULES,
         build_scenario,
         compare_outcome,

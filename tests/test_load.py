@@ -31,7 +31,7 @@ def test_load_with_master_restart(dcp, rules, tmp_path):
     """Under 0.34.0 the EAGLE group hashes with λ = 1 (the job's lookahead): no draft row is loaded under a key that
     does not name the token it read (under 0.33.0 such rows are the draft-KV hazard, counted apart)."""
     require("mooncake.store")
-    from kvspec.checks.load import run_load
+    from kvspec.checks.bench.load import run_load
     r = run_load(dcp=dcp, streams=16, seconds=20, workdir=str(tmp_path), rules=rules)
     check(r)
     if rules == "vllm-0.34.0":
@@ -41,5 +41,5 @@ def test_load_with_master_restart(dcp, rules, tmp_path):
 @pytest.mark.soak
 def test_soak(tmp_path):
     require("mooncake.store")
-    from kvspec.checks.load import run_load
+    from kvspec.checks.bench.load import run_load
     check(run_load(dcp=4, streams=16, seconds=float(os.environ.get("KVSPEC_SOAK_S", "600")), workdir=str(tmp_path)))

@@ -11,7 +11,7 @@ import random
 import attrs
 import pytest
 
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 from kvspec.spec.content import compute_wrong_positions
 from kvspec.spec.errors import SpecError
 from kvspec.spec.presets import get_preset
@@ -59,7 +59,7 @@ def test_every_load_key_is_stored_in_any_fleet():
     """On every small scenario of make verify's scope (one in 21), each writer under each vLLM-family rule set and the
     reader under each: every planned load key is present, and no mix loads a byte the same-λ fleet would not (the
     content check names no position that the reader's own rule set with those writers' objects would not)."""
-    from kvspec.checks.exhaustive import iterate_all
+    from kvspec.checks.verify.exhaustive import iterate_all
     rng = random.Random(5)
     family = ("pr53324", V33, V34, "vllm-0.33.0-lookahead")
     n = 0

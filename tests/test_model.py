@@ -158,7 +158,7 @@ def test_draft_kv_hazard_end_to_end(master, tmp_path):
 def test_model_command(capsys):
     """`kvspec model` runs one scenario and prints the hit beside explain's, the loads per rank, cold and warm
     tokens and the verdict (exit 0 when bitwise equal); a prompt past the model's limit is refused (exit 2)."""
-    from kvspec.checks.cli import main
+    from kvspec.checks.cli.main import main
     argv = ["model", "--unit", "4", "--group", "attention:8:eagle", "--group", "mamba:8", "--dcp", "2",
             "--retention", "dense", "--stored-prompt", "80", "--shared", "61", "--prompt", "90", "--rules",
             "vllm-0.34.0"]

@@ -10,7 +10,7 @@ require("z3")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from kvspec.checks.closed_form import (  # noqa: E402
+from kvspec.checks.verify.closed_form import (  # noqa: E402
     Params,
     compute_closed_form,
     compute_closed_witness,
@@ -19,8 +19,8 @@ from kvspec.checks.closed_form import (  # noqa: E402
     is_hit_shaped,
     pre_params,
 )
-from kvspec.checks.manifest import FAST_THEOREMS as FAST  # noqa: E402
-from kvspec.checks.prove import (  # noqa: E402
+from kvspec.checks.verify.manifest import FAST_THEOREMS as FAST  # noqa: E402
+from kvspec.checks.verify.prove import (  # noqa: E402
     STEPS,
     Query,
     Theorem,
@@ -30,7 +30,7 @@ from kvspec.checks.prove import (  # noqa: E402
     format_explain_command,
     prove,
 )
-from kvspec.checks.z3ops import Z3Ops  # noqa: E402
+from kvspec.checks.verify.z3ops import Z3Ops  # noqa: E402
 from kvspec.spec.invariants import get_invariant  # noqa: E402
 
 
@@ -113,7 +113,7 @@ def test_lemma_claims_hold_on_ints(u, q, d, e, dense, p, n, frac, rule):
 
 
 def test_legacy_counterexample_command_replays_as_missing_key(capsys):
-    from kvspec.checks.cli import main
+    from kvspec.checks.cli.main import main
     th = next(t for t in compute_theorems() if t.name == "LEGACY-I-20")
     v = prove(th)
     argv = format_explain_command(v.model).split()[1:] + ["--json"]
@@ -163,8 +163,8 @@ def test_spurious_models_are_not_counterexamples():
 def test_failure_closure_theorems_can_fail(monkeypatch):
     """The F-n/z3 theorems are about the closed-form safe boundary: one that keeps the hit after any failure (the
     closure-keeps-hit bug) is not proved."""
-    from kvspec.checks import closed_form
-    from kvspec.checks import prove as P
+    from kvspec.checks.verify import closed_form
+    from kvspec.checks.verify import prove as P
     real = closed_form.compute_closed_safe
 
     def keeps_hit(ops, x, cf, f, mok):
@@ -182,8 +182,8 @@ def test_failure_closure_theorems_can_fail(monkeypatch):
 def test_failure_closure_is_proved_per_rule_set():
     """The failure closure is a theorem of each rule set with a closed form; under vLLM 0.33.0 the Mamba one (F-4)
     rests on LEMMA-MAMBA at the bound min(cap, h - 1) and proves far inside its budget."""
-    from kvspec.checks.closed_form import VLLM_RULES
-    from kvspec.checks.prove import FAILURE_THEOREMS
+    from kvspec.checks.verify.closed_form import VLLM_RULES
+    from kvspec.checks.verify.prove import FAILURE_THEOREMS
     names = {t.name: t for t in compute_theorems()}
     for rule in VLLM_RULES:
         for inv_id in FAILURE_THEOREMS:
@@ -202,7 +202,7 @@ def test_failure_closure_is_proved_per_rule_set():
 def test_retry_lemma_replays_a_bound_past_the_cap(monkeypatch):
     """LEMMA-RETRY's replay names a counterexample only inside its precondition and only when the capped hit exceeds
     the cap: none for the real capped closed form (k = 0, or k past ⌊(N−1)/u⌋), one for a lookup that ignores the cap."""
-    from kvspec.checks import prove as P
+    from kvspec.checks.verify import prove as P
     x = dict(u=128, q=12, d=8, e=1, dense=0, p=15000, n=15000, s_shared=15000)
     assert not P._replay_retry("vllm-0.33.0")({**x, "k": 0})
     assert not P._replay_retry("vllm-0.33.0")({**x, "k": 200})  # outside the precondition: not a counterexample
@@ -213,7 +213,7 @@ def test_retry_lemma_replays_a_bound_past_the_cap(monkeypatch):
 
 def test_retry_lemma_fails_for_an_uncapped_retry(monkeypatch):
     """LEMMA-RETRY (which F-7/z3 rests on) is about the cap: a retry lookup that ignores it is not proved."""
-    from kvspec.checks import prove as P
+    from kvspec.checks.verify import prove as P
     real = P.compute_closed_form
 
     def uncapped(ops, x, rule="pr53324", cap=None):
@@ -229,8 +229,8 @@ def test_resend_theorems():
     """What an identical resend hits, per rule set: refuted under the PR's rules (a counterexample that replays on the
     executable spec: the resend hits less than its best), proved under hash lookahead; vLLM 0.33.0's proof (≈7 s on
     a quiet machine) is proved by make verify like the others, not here."""
-    from kvspec.checks.closed_form import Params
-    from kvspec.checks.link import build_scenario
+    from kvspec.checks.verify.closed_form import Params
+    from kvspec.checks.verify.link import build_scenario
     from kvspec.spec.lookup import compute_resend_best
     from kvspec.spec.scenario import evaluate_scenario
     names = {t.name: t for t in compute_theorems()}
@@ -247,8 +247,8 @@ def test_resend_theorems():
 def test_closed_resend_best_is_the_specs():
     """The resend best the RESEND/z3 theorems state (closed_form.compute_closed_resend, in units) is spec/lookup.py's
     compute_resend_best on the closed form's geometries, every rule set, EAGLE on and off."""
-    from kvspec.checks.closed_form import LOOKAHEAD, Params, compute_closed_resend
-    from kvspec.checks.link import build_scenario
+    from kvspec.checks.verify.closed_form import LOOKAHEAD, Params, compute_closed_resend
+    from kvspec.checks.verify.link import build_scenario
     from kvspec.spec.lookup import compute_resend_best
     from kvspec.spec.ops import IntOps
     from kvspec.spec.rules import get_rules
@@ -345,7 +345,7 @@ def test_accumulated_conjuncts_stay_sound():
 def test_every_proof_hint_names_a_theorem_and_changes_only_how_it_is_posed():
     """prove.HINTS may change seeds, the portfolio, splitting, product lemmas and quotient variables, never a claim or its
     expectation; a hint for a theorem that no longer exists is an error, not dead weight."""
-    from kvspec.checks.prove import HINTS
+    from kvspec.checks.verify.prove import HINTS
     names = {t.name for t in compute_theorems()}
     assert set(HINTS) <= names, set(HINTS) - names
     allowed = {"seeds", "attempts", "split", "accumulate", "product_lemmas", "div_vars"}
@@ -358,8 +358,8 @@ def test_any_schedule_theorems_cover_the_safety_rows_and_fail_for_a_schedule_dep
     "the hit is the block schedule's" is refuted over it, while a safety row is proved."""
     import attrs
 
-    from kvspec.checks.closed_form import VLLM_RULES
-    from kvspec.checks.prove import ANY_SCHEDULE, NEEDS_BLOCK_SCHEDULE, _params
+    from kvspec.checks.verify.closed_form import VLLM_RULES
+    from kvspec.checks.verify.prove import ANY_SCHEDULE, NEEDS_BLOCK_SCHEDULE, _params
     names = {t.name: t for t in compute_theorems()}
     for rule in VLLM_RULES:
         want = {f"{s}@{rule}{ANY_SCHEDULE}" for s in (*STEPS, "I-20", "I-19", "I-20/draft", "LEMMA-RETRY", "F-1/z3",

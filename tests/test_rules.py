@@ -98,7 +98,7 @@ def test_resend_efficiency_per_rule_set():
     """Identical resends on Kimi-K3 (1,756 lengths from L+1 to 2L−2), reusable = every whole unit below P: the PR's
     rules hit 0 on 273 and lose 19% under replay retention; vLLM 0.33.0's hit ⌊P/u⌋·u − u on every resend (all but
     the EAGLE drop's unit); lookahead keys every reusable token."""
-    from kvspec.checks.bench import bench_efficiency
+    from kvspec.checks.bench.runner import bench_efficiency
     rows = {(r["geometry"], r["retention"], r["rules"]): r for r in bench_efficiency()}
     pr = rows[("kimi-k3-dcp8", "replay", "pr53324")]
     assert (pr["prompts"], pr["zero_hits"], pr["hit_at_1m"]) == (1756, 273, 0) and pr["reused_over_reusable"] < 0.82
@@ -112,7 +112,7 @@ def test_resend_efficiency_per_rule_set():
 
 def test_registry_holds_for_the_shipped_rule_set_on_a_slice_of_the_exhaustive_scope():
     """Every scenario invariant on 1/12 of `make verify`'s exhaustive scope (whose rows are for pr53324)."""
-    from kvspec.checks.exhaustive import iterate_all
+    from kvspec.checks.verify.exhaustive import iterate_all
     from kvspec.spec.invariants import compute_violations
     n = 0
     for offset in (0, 5):
@@ -144,7 +144,7 @@ def test_vllm_0_34_0_is_the_default_and_hits_14976_on_the_worked_example():
 def test_the_drafter_split_has_power():
     """SPLIT (make verify) compares 0.34.0 with its two parents scenario by scenario; a 0.34.0 that applied λ without a
     drafter (kvspec's proposal set) is caught on a non-EAGLE geometry."""
-    from kvspec.checks.efficiency import Memo, iterate_split
+    from kvspec.checks.verify.efficiency import Memo, iterate_split
     from kvspec.spec.geometry import make_geometry
     from kvspec.spec.rules import LOOKAHEAD_ALWAYS, RULE_SETS
     plain = make_geometry(2, [("attention", 4, False), ("mamba", 4, False)], dcp=2)
@@ -171,9 +171,9 @@ def test_lookahead_save_ends_at_the_last_hashed_scheduler_block():
 
 
 def test_closed_forms_read_the_rule_sets_fields_and_refuse_what_they_do_not_state():
-    """checks/closed_form.py reads λ and the store rule from the rule set, never its name; a rule set whose λ
+    """checks/verify/closed_form.py reads λ and the store rule from the rule set, never its name; a rule set whose λ
     applies only with a drafter (vllm-0.34.0) has no closed form (SPLIT carries its parents' theorems over)."""
-    from kvspec.checks.closed_form import read_closed_rules
+    from kvspec.checks.verify.closed_form import read_closed_rules
     assert [read_closed_rules(r) for r in ("pr53324", "vllm-0.33.0", "vllm-0.33.0-lookahead")] == \
         [(False, False), (False, True), (True, True)]
     with pytest.raises(ValueError, match="no closed form"):

@@ -13,7 +13,7 @@ import json
 import pytest
 from hypothesis import given
 
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import make_geometry
 from kvspec.spec.limits import RULE_LIMIT_CHUNKS, RULE_LIMIT_EVICTED

@@ -164,7 +164,7 @@ def test_explain_refuses_bad_schedules(capsys, extra, rule):
 def test_shared_system_prompt_table():
     """The README's shared-system-prompt table (kvspec bench): large budgets lose hits the block schedule has, and
     kvspec's proposal (a chunk also ending at every k·L and k·L − b) gets every one back."""
-    from kvspec.checks.bench import bench_shared_prompt
+    from kvspec.checks.bench.runner import bench_shared_prompt
     rows = bench_shared_prompt()
     assert len(rows) == 12
     assert all(r["hits"]["32768+L"] == r["hits"]["block"] for r in rows)

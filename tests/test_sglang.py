@@ -104,7 +104,7 @@ def test_draft_kv_hazard_in_sglang_and_the_bigram_fix():
 
 def test_the_implementation_has_no_sglang_store_rule():
     """impl/ stores under pr53324's and vLLM's rules only: asking it for SGLang's is a clear refusal, not vLLM's rule."""
-    from kvspec.checks.adapters import compute_impl_store_rule
+    from kvspec.checks.conform.adapters import compute_impl_store_rule
     with pytest.raises(SpecError) as exc:
         compute_impl_store_rule(SG)
     assert exc.value.rule == "impl-rules"
@@ -192,7 +192,7 @@ def test_sglangs_own_code_agrees(sglang_root, seed):
     _sync_prefetch_hit_query MIN-reduced over D rank threads) and load (batch_get_v1/v2) agree with kvspec on every
     field of the Kimi-like worked cases and 2,000 generated scenarios per seed (MLA, DCP 1-8, KDA on its grid, up to 3
     writers, evictions, bigram keys)."""
-    from kvspec.checks import sglang_oracle
+    from kvspec.checks.conform import sglang_oracle
     rep = sglang_oracle.run_oracle(sglang_root, count=2000, seed=seed)
     assert rep["compared"] == 2004 and rep["ok"], rep["disagreements"]  # the 4 Kimi-like worked cases first
     assert rep["agree"] == {"stored": 2004, "hit": 2004, "loaded": 2004}
@@ -204,7 +204,7 @@ def test_the_oracle_catches_wrong_statements(sglang_root, monkeypatch):
     plan keyed one page early on what is loaded."""
     import attrs
 
-    from kvspec.checks import sglang_oracle
+    from kvspec.checks.conform import sglang_oracle
     real_eval, real_keys = sglang_oracle.evaluate_scenario, sglang_oracle._object_keys
 
     def rank0_only(sc):
@@ -236,7 +236,7 @@ def test_the_oracle_catches_wrong_statements(sglang_root, monkeypatch):
 def test_conform_sglang_command(sglang_root, capsys):
     """`kvspec conform sglang` prints per field agreement, SGLang's code that ran and the shims; exit 0; a missing
     wheel is exit 2 naming make sglang-src; another rule set is refused by name."""
-    from kvspec.checks.cli import main
+    from kvspec.checks.cli.main import main
     assert main(["conform", "sglang", "--root", sglang_root, "--count", "40", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert "stored  44/44 agree" in out and "hit     44/44 agree" in out and "result: AGREE" in out
@@ -256,8 +256,8 @@ def test_draft_key_collision_on_sglangs_own_code(sglang_root):
     token read token 9 (EAGLE's fc([embed(t_9); h_8])). With bigram keys (kvspec's fix) the page-2 keys differ."""
     from array import array
 
-    from kvspec.checks.sglang_code import load_sglang
-    from kvspec.checks.sglang_oracle import MODEL, make_rank
+    from kvspec.checks.conform.sglang_code import load_sglang
+    from kvspec.checks.conform.sglang_oracle import MODEL, make_rank
     code = load_sglang(sglang_root)
     g = Geometry(unit=4, groups=(Group(kind="attention", block_size=4, eagle=True), Group(kind="mamba", block_size=4)))
     store, _, _ = make_rank(code, g, 0)
@@ -283,8 +283,8 @@ def test_draft_key_collision_on_sglangs_own_code(sglang_root):
 def test_sglangs_code_conforms_through_the_porting_kit(sglang_root):
     """The porting kit on a second engine: SGLang's own code as an adapter (written from docs/porting.md) answers the
     sglang-0.5.23 vectors and a Hypothesis search with no disagreement, on the classes it claims."""
-    from kvspec.checks.adapters import run_adapter_conformance
-    from kvspec.checks.sglang_oracle import SglangAdapter
+    from kvspec.checks.conform.adapters import run_adapter_conformance
+    from kvspec.checks.conform.sglang_oracle import SglangAdapter
     rep = run_adapter_conformance(SglangAdapter(sglang_root), SG, examples=25)
     assert rep["ok"], rep["vector_disagreements"][:2]
     assert rep["vectors"] >= 80 and not rep["uncovered_claims"]
@@ -294,8 +294,8 @@ def test_the_kit_rejects_a_wrong_sglang_port(sglang_root):
     """A plausible SGLang porting bug, live only in hybrids: a port that takes every Mamba/KDA state as present (the
     TRAILING_PAGES state not required) hits further than SGLang; the kit rejects it, and every disagreement it
     reports has a Mamba group."""
-    from kvspec.checks.adapters import run_adapter_conformance
-    from kvspec.checks.sglang_oracle import SglangAdapter
+    from kvspec.checks.conform.adapters import run_adapter_conformance
+    from kvspec.checks.conform.sglang_oracle import SglangAdapter
     from kvspec.spec.scenario import decode_scenario
 
     class StatesAssumed(SglangAdapter):

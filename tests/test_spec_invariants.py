@@ -120,7 +120,7 @@ def test_equal_verdict_keys_give_equal_evaluations_across_rule_sets():
     included), under every rule set, legacy and its I-20 violations too."""
     import attrs
 
-    from kvspec.checks.exhaustive import SCOPE_SMALL
+    from kvspec.checks.verify.exhaustive import SCOPE_SMALL
     from kvspec.spec.invariants import (
         compute_failure_violations,
         compute_failure_witness,
@@ -155,7 +155,7 @@ def test_only_the_invariants_marked_reads_shared_read_the_shared_prefix():
     whatever the witness's shared prefix; the marked ones are judged per scenario (I-SHARED refutes a prefix below h)."""
     import attrs
 
-    from kvspec.checks.exhaustive import SCOPE_SMALL
+    from kvspec.checks.verify.exhaustive import SCOPE_SMALL
     from kvspec.spec.invariants import compute_keyed_violations, compute_shared_violations
     from kvspec.spec.ops import IntOps
 

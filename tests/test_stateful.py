@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvspec.checks.adapters import compute_impl_store_rule
+from kvspec.checks.conform.adapters import compute_impl_store_rule
 from kvspec.impl.engine import RankEngine, RequestKV
 from kvspec.impl.lookup import HybridLookup
 from kvspec.spec.failure import compute_retry_cap, compute_safe_boundary

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from kvspec.checks.adapters import IMPL, compare_adapter
+from kvspec.checks.conform.adapters import IMPL, compare_adapter
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.invariants import compute_violations

@@ -54,7 +54,7 @@ def test_every_vector_file_matches_its_schema():
 
 
 def test_committed_vectors_are_what_kvspec_generates(tmp_path):
-    from kvspec.checks.vectors import compare_trees, write_vectors
+    from kvspec.checks.conform.vectors import compare_trees, write_vectors
     counts = write_vectors(tmp_path / "v")
     assert counts["legacy"] >= 3 and counts["pr53324"] > 300 and counts["vllm-0.33.0"] > 300
     assert counts["vllm-0.33.0-lookahead"] > 300

@@ -7,13 +7,13 @@ from .conftest import require
 
 require("z3")
 
-from kvspec.checks.exhaustive import iterate_all  # noqa: E402
-from kvspec.checks.mutants import MUTANTS, hunt  # noqa: E402
-from kvspec.checks.verify import format_table, summarize  # noqa: E402
+from kvspec.checks.verify.exhaustive import iterate_all  # noqa: E402
+from kvspec.checks.verify.mutants import MUTANTS, hunt  # noqa: E402
+from kvspec.checks.verify.runner import format_table, summarize  # noqa: E402
 
 
 def test_unknown_counts_as_failure_in_the_table():
-    from kvspec.checks.manifest import Method, Row
+    from kvspec.checks.verify.manifest import Method, Row
     row = Row(id="X@g", statement="s", method=Method.Z3, expected="proved", result="unknown FAIL", ok=False, seconds=0.3,
               detail={"rests_on": "-", "budget_s": 0.3, "reason": "timeout", "precondition": "-", "queries": 2,
                       "rlimit": 200_000, "rlimit_used": 200_000})
@@ -37,7 +37,7 @@ def test_verify_only_list_and_junit(tmp_path, capsys):
 
     import pytest
 
-    from kvspec.checks.cli import main
+    from kvspec.checks.cli.main import main
     assert main(["verify", "--list"]) == 0
     ids = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
     assert {"EXHAUSTIVE", "LEGACY-I-20", "FAIL-exhaustive", "MUT-legacy-tail-key", "MUT-closure-keeps-hit"} <= set(ids)
@@ -60,9 +60,9 @@ def test_verify_only_list_and_junit(tmp_path, capsys):
 
 def test_a_row_that_checked_nothing_fails():
     """An exhaustive, link or property row over no input shows nothing: it fails instead of passing."""
-    from kvspec.checks.exhaustive import SCOPE_SMALL
-    from kvspec.checks.link import LINK_SCOPE
-    from kvspec.checks.manifest import ExhaustiveCheck, LinkCheck, PropertyCheck
+    from kvspec.checks.verify.exhaustive import SCOPE_SMALL
+    from kvspec.checks.verify.link import LINK_SCOPE
+    from kvspec.checks.verify.manifest import ExhaustiveCheck, LinkCheck, PropertyCheck
     empty = {"n": 0, "bad": [], "fails": 0, "above": 0, "seconds": 0.0}
     nothing = {**empty, "rows": [{"n": 0, "judged": 0, "bad": [], "seconds": 0.0}]}  # an exhaustive pass, one scope
     assert not ExhaustiveCheck(rows=(("E", SCOPE_SMALL),)).render([nothing])[0].ok
@@ -75,9 +75,9 @@ def test_a_row_that_checked_nothing_fails():
 def test_a_shared_pass_is_listed_by_row_and_selected_by_any_of_its_rows(capsys):
     """--list names each row of a shared pass (the rule sets' rows of one check); --only with any one of them selects
     the whole pass, whose parts render one row per rule set."""
-    from kvspec.checks.cli import main
-    from kvspec.checks.manifest import compute_manifest
-    from kvspec.checks.verify import compute_tasks
+    from kvspec.checks.cli.main import main
+    from kvspec.checks.verify.manifest import compute_manifest
+    from kvspec.checks.verify.runner import compute_tasks
     assert main(["verify", "--list", "--only", "EXHAUSTIVE/vllm-0.33.0", "LINK-failure-vllm-0.33.0"]) == 0
     listed = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
     assert listed == ["EXHAUSTIVE", "EXHAUSTIVE/vllm-0.33.0", "EXHAUSTIVE/vllm-0.34.0", "EXHAUSTIVE/sglang-0.5.23",

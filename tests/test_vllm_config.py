@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from kvspec.checks.vllm_config import GroupKind, compute_geometry_from_vllm
+from kvspec.checks.conform.vllm_config import GroupKind, compute_geometry_from_vllm
 from kvspec.spec.errors import SpecError
 from kvspec.spec.presets import get_preset
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.vllm
 @pytest.fixture(scope="module")
 def v():
     require("vllm")
-    from kvspec.checks.vllm_oracle import load_vllm
+    from kvspec.checks.conform.vllm_oracle import load_vllm
     return load_vllm()
 
 
@@ -49,7 +49,7 @@ def kimi(rules: str = "vllm-0.33.0", prompt: int = 15000) -> Scenario:
 
 
 def test_worked_example_is_what_vllm_does(v, rules):
-    from kvspec.checks.vllm_oracle import compute_answer
+    from kvspec.checks.conform.vllm_oracle import compute_answer
     ans = compute_answer(kimi(rules), v)
     stored, hit, tails = WORKED[rules]
     assert ans.refused is None
@@ -63,7 +63,7 @@ def test_worked_example_is_what_vllm_does(v, rules):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_conformance_on_generated_scenarios(v, rules, seed):
     """Every field agrees on 2,000 generated scenarios per seed plus the worked examples (target 100%)."""
-    from kvspec.checks.conform import FIELDS, format_report, run_conformance
+    from kvspec.checks.conform.runner import FIELDS, format_report, run_conformance
     rep = run_conformance(2000, seed, rules=rules)
     assert rep["rules"] == rules and rep["vllm"] == v.release.version
     print(format_report(rep))
@@ -76,7 +76,7 @@ def test_conformance_on_generated_scenarios(v, rules, seed):
 def test_the_comparison_can_fail(v):
     """The PR's rule set stores other objects than the release, the legacy one also loads other keys: both are
     caught (test_every_field_and_every_ranks_keys_can_fail feeds wrong answers field by field and rank by rank)."""
-    from kvspec.checks.conform import Case, compare_case
+    from kvspec.checks.conform.runner import Case, compare_case
     pr = compare_case(Case(scenario=kimi("pr53324"), geometry_args={}, spec_error=None), v)
     assert pr["stored"] is False and pr["hit"] is False
     legacy = compare_case(Case(scenario=kimi("legacy"), geometry_args={}, spec_error=None), v)
@@ -87,8 +87,9 @@ def test_every_field_and_every_ranks_keys_can_fail(v, rules, monkeypatch):
     """The comparison's power, field by field: vLLM's answer with one field made wrong — one stored object dropped,
     the hit one unit off, a tail moved, one key of any single rank (not only rank 0) replaced — is caught on that
     field, and only there."""
-    import kvspec.checks.vllm_oracle as oracle
-    from kvspec.checks.conform import Case, compare_case
+    import kvspec.checks.conform.runner as runner
+    import kvspec.checks.conform.vllm_oracle as oracle
+    from kvspec.checks.conform.runner import Case, compare_case
     case = Case(scenario=kimi(rules), geometry_args={}, spec_error=None)
     assert all(compare_case(case, v).values())
     real = oracle.compute_answer(case.scenario, v)
@@ -102,13 +103,13 @@ def test_every_field_and_every_ranks_keys_can_fail(v, rules, monkeypatch):
                             for bad in ranks for i in (next(j for j, (r, _) in enumerate(real.load_keys) if r == bad),)]}
     for field, answers in wrongs.items():
         for wrong in answers:
-            monkeypatch.setattr(oracle, "compute_answer", lambda sc, v_, w=wrong: w)
+            monkeypatch.setattr(runner, "compute_answer", lambda sc, v_, w=wrong: w)  # where compare_case reads it
             res = compare_case(case, v)
             assert res[field] is False and all(ok for f, ok in res.items() if f != field), (field, res)
 
 
 def test_refusals_match_vllms_reasons(v, rules):
-    from kvspec.checks.vllm_oracle import Engine, Refused
+    from kvspec.checks.conform.vllm_oracle import Engine, Refused
     from kvspec.spec.errors import SpecError
     from kvspec.spec.geometry import make_geometry
     for groups, unit, dcp in ([("attention", 16, False)], 4, 1), ([("mamba", 16, False)], 4, 2), \
@@ -158,8 +159,8 @@ def test_vllm_key_grammar_is_not_injective(v):
 
 def test_vllm_as_an_engine_adapter(v, rules):
     """The release under the adapter protocol: conforms to its rule set on the vectors and a search, not to the PR's."""
-    from kvspec.checks.adapters import EngineAdapter, run_adapter_conformance
-    from kvspec.checks.vllm_oracle import VLLM
+    from kvspec.checks.conform.adapters import EngineAdapter, run_adapter_conformance
+    from kvspec.checks.conform.vllm_oracle import VLLM
     assert isinstance(VLLM, EngineAdapter)
     rep = run_adapter_conformance(VLLM, rules, examples=50)
     assert rep["ok"] and rep["vectors"] >= 600 and not rep["uncovered_claims"], rep["vector_disagreements"][:2]
@@ -175,8 +176,8 @@ def test_from_vllm_mapping_agrees_with_vllms_resolution(v):
     and hash unit u (units dividing b·D but not b included)."""
     from types import SimpleNamespace
 
-    from kvspec.checks.vllm_config import compute_geometry_from_vllm
-    from kvspec.checks.vllm_oracle import Engine, Refused
+    from kvspec.checks.conform.vllm_config import compute_geometry_from_vllm
+    from kvspec.checks.conform.vllm_oracle import Engine, Refused
     from kvspec.spec.errors import SpecError
     from kvspec.spec.geometry import compute_lcm_span
     seen = {"agree": 0, "refused": 0, "unit past the block": 0}
@@ -209,7 +210,7 @@ def test_from_vllm_mapping_agrees_with_vllms_resolution(v):
 def test_vllm_leaves_a_loadable_hit_after_the_rederivation(v, rules):
     """The BEST/vllm-0.33.0 finding is vLLM's own behaviour: with attention key 5 lost, vLLM's lookup answers 0 although
     [0, 5) is loadable (attention blocks 2, 4 and the block key 6 = N; both Mamba groups hold a state at 5)."""
-    from kvspec.checks.vllm_oracle import compute_answer
+    from kvspec.checks.conform.vllm_oracle import compute_answer
     from kvspec.spec.geometry import make_geometry
     g = make_geometry(1, [("attention", 2, False), ("mamba", 2, False), ("mamba", 3, False)], retention="dense")
     sc = Scenario(geometry=g, prompt=6, stored=(StoredRequest(prompt=6, shared=6),), evicted=frozenset({(0, 5, 0)}),
@@ -222,7 +223,7 @@ def test_vllm_leaves_a_loadable_hit_after_the_rederivation(v, rules):
 def test_vllm_hit_rises_when_a_mamba_state_is_evicted(v, rules):
     """The MONO-EVICT/vllm-0.33.0 finding is vLLM's own behaviour: a reader of the first 4 tokens of a 5-token request
     hits 0 (the state at 4 sends the lookup to N − 1, where no attention key is left), and 3 once that state is gone."""
-    from kvspec.checks.vllm_oracle import compute_answer
+    from kvspec.checks.conform.vllm_oracle import compute_answer
     from kvspec.spec.geometry import make_geometry
     g = make_geometry(1, [("attention", 4, False), ("mamba", 3, False)])
     base = Scenario(geometry=g, prompt=4, stored=(StoredRequest(prompt=5, shared=4),), rules=rules)
@@ -241,8 +242,8 @@ def test_keys_check_maps_a_dump_rendered_by_vllm(v, algo, lookahead, salt):
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core import kv_cache_utils
 
-    from kvspec.checks.keys_tool import compute_engine_chain, compute_key_report
-    from kvspec.checks.vllm_oracle import Engine
+    from kvspec.checks.cli.keys_tool import compute_engine_chain, compute_key_report
+    from kvspec.checks.conform.vllm_oracle import Engine
     from kvspec.spec.presets import get_preset
     fn = get_hash_fn_by_name(algo)
     kv_cache_utils.init_none_hash(fn)
@@ -291,7 +292,7 @@ def test_lookahead_hashes_are_granted_exactly_to_the_drafters_whose_draft_kv_rea
     0 for DSpark and DFlash — vLLM's needs_eagle_block_drop says their draft KV comes from the target's hidden state
     alone — although every one of them reads one prefill token ahead (num_prefill_lookahead_tokens = 1, a scheduling
     margin, not a hash reach). kvspec's EAGLE flag is exactly vLLM's needs_eagle_block_drop (the `drafter` axis of
-    checks/coverage.py: `eagle` vs `draft-no-drop`), so the draft-KV hazard is closed for every method under 0.34.0."""
+    checks/conform/coverage.py: `eagle` vs `draft-no-drop`), so the draft-KV hazard is closed for every method under 0.34.0."""
     if not v.release.resolves_hash_lookahead:
         pytest.skip("hash lookahead on the connector path exists from vLLM 0.34.0 (this venv is an earlier release)")
     import types
@@ -322,7 +323,7 @@ def test_lifecycle_conformance_on_generated_scenarios(v, rules):
     """kvspec's schedule (spec/schedule.py) against the release's real Scheduler, KV-cache manager and every rank's
     transfer threads: chunk ends, objects stored per rank, hit, tails, every rank's load keys, 300 generated cases
     (budgets 256..65536, both retentions, EAGLE, prefill checkpoint blocks) plus issue 29's Kimi-like cases."""
-    from kvspec.checks.vllm_lifecycle import format_lifecycle_report, run_lifecycle_conformance
+    from kvspec.checks.conform.vllm_lifecycle import format_lifecycle_report, run_lifecycle_conformance
     rep = run_lifecycle_conformance(300, seed=0, rules=rules)
     compared = rep["cases"] - rep["kinds"]["stalled (not compared)"]
     assert rep["cases"] >= 300 and all(rep["compared"][f] == compared for f in ("refusal", "hit"))
@@ -335,7 +336,7 @@ def test_lifecycle_concurrent_traces_need_the_junction(v, rules):
     """Concurrent requests sharing a prefix: vLLM pins the Mamba state at the shared-prefix junction it detects
     (Marconi-style), kept even under replay retention. The trace without the junction misses that state; with it,
     kvspec agrees."""
-    from kvspec.checks.vllm_lifecycle import LifecycleCase, compute_lifecycle_answer, compute_spec_lifecycle
+    from kvspec.checks.conform.vllm_lifecycle import LifecycleCase, compute_lifecycle_answer, compute_spec_lifecycle
     from kvspec.spec.geometry import Geometry, Group, Parallel
     from kvspec.spec.schedule import Schedule
     g = Geometry(unit=128, groups=(Group(kind="attention", block_size=384), Group(kind="mamba", block_size=384)),
@@ -360,7 +361,7 @@ LIFECYCLE_P30000 = {"vllm-0.33.0": {32768: [29824], 2048: [12288, 29824]},
 def test_lifecycle_oracle_sees_the_schedule(v, rules):
     """P = 30000 on the Kimi-like geometry under budgets 32768 and 2048: vLLM's engine and kvspec store the same
     Mamba states, the ones tabled above."""
-    from kvspec.checks.vllm_lifecycle import LifecycleCase, compare_lifecycle, compute_lifecycle_answer
+    from kvspec.checks.conform.vllm_lifecycle import LifecycleCase, compare_lifecycle, compute_lifecycle_answer
     from kvspec.spec.schedule import Schedule
     g = get_preset("kimi-k3-dcp8")
     for budget, states in LIFECYCLE_P30000[rules].items():
@@ -373,7 +374,11 @@ def test_lifecycle_oracle_sees_the_schedule(v, rules):
 def test_lifecycle_comparison_can_fail(v, rules):
     """The lifecycle oracle has power: kvspec under the block schedule (a Mamba state at every block end, the model
     before issue 29) disagrees with vLLM's scheduler on some of the same cases, per field."""
-    from kvspec.checks.vllm_lifecycle import compute_case_answer, compute_spec_lifecycle, iterate_lifecycle_cases
+    from kvspec.checks.conform.vllm_lifecycle import (
+        compute_case_answer,
+        compute_spec_lifecycle,
+        iterate_lifecycle_cases,
+    )
     from kvspec.spec.schedule import BLOCK_SCHEDULE
     bad = {"stored": 0, "hit": 0}
     for case in iterate_lifecycle_cases(60, seed=0):
@@ -401,7 +406,7 @@ def test_deferred_saves_are_vllms(v, rules, monkeypatch):
     """The saves a writer's outputs unlock (vLLM 0.34.0's register_finished_lookahead_save at finish; the Mamba state
     a dense-retention core caches once its hash exists) on the release's real scheduler: the objects at P tabled above,
     and kvspec agrees per field — while the rule set without its deferred saves disagrees on every case under 0.34.0."""
-    from kvspec.checks.vllm_lifecycle import LifecycleCase, compare_answers, compute_case_answer
+    from kvspec.checks.conform.vllm_lifecycle import LifecycleCase, compare_answers, compute_case_answer
     from kvspec.spec import rules as rule_sets
     from kvspec.spec.geometry import Geometry, Group, Parallel
     from kvspec.spec.schedule import Schedule
@@ -433,7 +438,7 @@ def test_save_decode_cache_is_vllms(v, rules):
     """kv_connector_extra_config save_decode_cache on the release's real scheduler: the objects tabled above, kvspec
     equal per field (chunk ends, stored, hit, tails, every rank's load keys), and kvspec told the writer did not save
     its decode phase disagrees on stored and hit."""
-    from kvspec.checks.vllm_lifecycle import LifecycleCase, compare_answers, compute_case_answer
+    from kvspec.checks.conform.vllm_lifecycle import LifecycleCase, compare_answers, compute_case_answer
     from kvspec.spec.geometry import Geometry, Group, Parallel
     from kvspec.spec.schedule import Schedule
     for retention, (att, mamba) in DECODE_CACHE[rules].items():
@@ -459,7 +464,7 @@ def test_lookahead_of_every_drafter_kind_is_vllms(v, rules, method, modules):
     compute_lookahead for the geometry `--drafter` gives (0.33.0 keeps the legacy hashes: 0 for every kind)."""
     import types
 
-    from kvspec.checks.vllm_oracle import _vllm_config
+    from kvspec.checks.conform.vllm_oracle import _vllm_config
     from kvspec.spec.rules import compute_lookahead, get_rules
     eagle = method in ("eagle", "eagle3", "mtp")
     g = get_preset("kimi-k3-dcp8")
@@ -560,7 +565,7 @@ def test_units_past_the_per_rank_block_are_vllms(v, rules):
     """u dividing the span b·D but not the per-rank block b (what vLLM accepts under DCP): kvspec's stored objects,
     hit, tails and every rank's load keys equal the release's own code on 300 generated scenarios (lone attention
     groups with u = b·D, hybrids with u = 2b or b·D, EAGLE, both retentions, shared prefixes)."""
-    from kvspec.checks.conform import Case, compare_case
+    from kvspec.checks.conform.runner import Case, compare_case
     from kvspec.spec.errors import SpecError
     from kvspec.spec.geometry import Geometry, Group, Parallel
     rng = random.Random(21)

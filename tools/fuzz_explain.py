@@ -6,7 +6,7 @@ well-formed scenarios inside the deployable bounds the issue names — prompts u
 each answer against the contract:
 
 - exit 0 (or 1 with --check), or exit 2 with one line `kvspec: error: RULE: ...` — never a traceback;
-- at most 2 s of CPU time (the in-process CPU budget is 1.5 s, checks/budget.py);
+- at most 2 s of CPU time (the in-process CPU budget is 1.5 s, checks/cli/budget.py);
 - a `limit-*` refusal of a scenario inside the deployable bounds is a finding (the spec should answer it);
 - answers past 0.5 s of CPU are listed (issue 30's target for one scenario).
 
@@ -31,7 +31,7 @@ import sys
 import time
 from types import FrameType
 
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 from kvspec.spec.presets import PRESETS
 from kvspec.spec.rules import RULE_SETS
 

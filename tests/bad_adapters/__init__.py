@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from kvspec.checks.adapters import IMPL, Obj
+from kvspec.checks.conform.adapters import IMPL, Obj
 from kvspec.spec.geometry import Geometry
 
 BUGS = ("legacy_tail_large_dcp", "interleave_span", "pcp_span", "large_prompt", "dcp_load_plan", "dense_as_replay",

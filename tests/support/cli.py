@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvspec.checks.cli import main
+from kvspec.checks.cli.main import main
 
 
 def run_cli(argv: list[str], capsys: Any) -> tuple[int, str, str]:

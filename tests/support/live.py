@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from kvspec.checks.adapters import compute_impl_store_rule
+from kvspec.checks.conform.adapters import compute_impl_store_rule
 from kvspec.impl.job import FaultPlan, Job, ScenarioJob
 from kvspec.impl.mooncake_store import OBJECT_NOT_FOUND
 from kvspec.impl.worker import make_tokens, request_tokens

@@ -11,33 +11,52 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from typing import Any, NoReturn
 
 import attrs
 
 from kvspec import __version__
+from kvspec.checks.cli.budget import limit_cpu
+from kvspec.spec.boundaries import EMPTY, Objects, compute_at_most, find_max
 from kvspec.spec.errors import SpecError, require
-from kvspec.spec.geometry import Geometry, Group, Parallel, resolve_kind
-from kvspec.spec.keys import GRAMMAR_KVSPEC, KEY_GRAMMARS
+from kvspec.spec.geometry import (
+    Geometry,
+    Group,
+    Parallel,
+    compute_rank_fields,
+    compute_ranks,
+    compute_span,
+    resolve_kind,
+)
+from kvspec.spec.keys import GRAMMAR_KVSPEC, KEY_GRAMMARS, StoreKey, parse_key, render_key
 from kvspec.spec.limits import MAX_EVICTED, MAX_SHARDS, RULE_LIMIT_EVICTED, RULE_LIMIT_SHARDS, check_count
 from kvspec.spec.presets import PRESETS, get_preset
-from kvspec.spec.rules import DEFAULT_RULES, LEGACY_SWITCH_RULES, RULE_SETS, get_rules
+from kvspec.spec.rules import (
+    DEFAULT_RULES,
+    LEGACY_SWITCH_RULES,
+    RULE_SETS,
+    STORE_VLLM_0_33,
+    compute_lookahead,
+    compute_rule_geometry,
+    get_rules,
+)
 from kvspec.spec.scenario import (
     Outcome,
     Scenario,
     StoredRequest,
     compute_hit,
+    compute_stored_objects,
+    compute_writer_lookahead,
     decode_objects,
     decode_scenario,
     encode_error,
     encode_outcome,
     evaluate_scenario,
 )
-from kvspec.spec.schedule import Schedule
-from kvspec.spec.store import RankObj
+from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule, compute_checkpoints, compute_mamba_states, describe_schedule
+from kvspec.spec.store import RankObj, compute_checkpoint
 from kvspec.spec.types import Boundary, GroupId, Rank, Tokens
-
-from .budget import limit_cpu
 
 
 class _Parser(argparse.ArgumentParser):
@@ -119,7 +138,7 @@ def _geometry_of_flags(args: argparse.Namespace) -> Geometry:
 
 def _geometry_from_vllm(args: argparse.Namespace) -> Geometry:
     """Return the geometry of --from-vllm FILE (groups from the file or --group KIND; no other geometry flag)."""
-    from .vllm_config import compute_geometry_from_vllm, parse_group_kind
+    from kvspec.checks.conform.vllm_config import compute_geometry_from_vllm, parse_group_kind
     clash = [f"--{n.replace('_', '-')}" for n in ("preset", "unit", "dcp", "retention", "interleave", "pcp")
              if getattr(args, n) is not None]
     if clash:
@@ -281,7 +300,6 @@ def compute_why(scenario: Scenario, outcome: Outcome) -> str | None:
 def _present_up_to(outcome: Outcome, members: Sequence[int], bound: int, keep: int = 4) -> list[int]:
     """Return the boundaries present for some member at or below the bound (only the last `keep`, above the first
     ones, when E is runs: listing them would grow with the prompt)."""
-    from kvspec.spec.boundaries import EMPTY, Objects, compute_at_most, find_max
     if not isinstance(outcome.present, Objects):
         return sorted(t for gid, t in outcome.present if gid in members and t <= bound)
     out: set[int] = set()
@@ -299,9 +317,6 @@ def _present_up_to(outcome: Outcome, members: Sequence[int], bound: int, keep: i
 def format_ranks(scenario: Scenario, outcome: Outcome, model: str = "kvspec-model") -> str:
     """Return the per-rank view of the load plan: which token slots each rank's block holds (the DCP ownership
     rule, honouring interleave), the key it loads under, and whether that rank's key is present."""
-    from kvspec.spec.geometry import compute_rank_fields, compute_ranks, compute_span
-    from kvspec.spec.keys import StoreKey, render_key
-    from kvspec.spec.scenario import compute_stored_objects
     g = scenario.geometry
     held = compute_stored_objects(scenario) - scenario.evicted
     d, il = g.parallel.dcp, g.parallel.interleave
@@ -339,9 +354,6 @@ def _short(xs: Sequence[int], keep: int = 6) -> str:
 def format_schedule(scenario: Scenario) -> list[str]:
     """Return the schedule lines of a scenario whose rule set reads one: per stored request its chunk ends and the
     Mamba states they leave; under the block schedule also what vLLM serve's default budget would leave and hit."""
-    from kvspec.spec.rules import STORE_VLLM_0_33, compute_lookahead, compute_rule_geometry
-    from kvspec.spec.schedule import BLOCK_SCHEDULE, compute_checkpoints, compute_mamba_states, describe_schedule
-    from kvspec.spec.store import compute_checkpoint
     rules = get_rules(scenario.rules)
     g = scenario.geometry
     mamba = [i for i, gr in enumerate(g.groups) if gr.kind == "mamba"]
@@ -400,7 +412,6 @@ def format_lookup(scenario: Scenario, outcome: Outcome, d: dict[str, Any]) -> li
 
 def _format_reach(scenario: Scenario) -> str:
     """Return ' drafter reach K (λ = …)' when the drafter reads more than one token ahead (multi-module MTP)."""
-    from kvspec.spec.rules import compute_lookahead
     g = scenario.geometry
     if g.draft_reach == 1:
         return ""
@@ -410,8 +421,6 @@ def _format_reach(scenario: Scenario) -> str:
 def format_fleet(scenario: Scenario) -> list[str]:
     """Return a line per stored request whose writer ran another rule set (a mixed fleet): its λ, and whether the
     reader can name its objects."""
-    from kvspec.spec.rules import compute_lookahead
-    from kvspec.spec.scenario import compute_writer_lookahead
     g, out = scenario.geometry, []
     for k, r in enumerate(scenario.stored):
         if r.rules is not None and r.rules != scenario.rules:
@@ -527,7 +536,7 @@ def _encode(scenario: Scenario, outcome: Outcome, explicit: bool) -> dict[str, A
     if explicit and outcome.load_runs is not None:
         n = len(outcome.present) + sum(r.last - r.first + 1 for r in outcome.load_runs)
         require(n <= MAX_LISTING, "limit-listing", f"--explicit would list {n} objects and blocks, past {MAX_LISTING} "
-                                                   f"(checks/cli.py): drop --explicit for the compact form (runs)")
+                                                   f"(checks/cli/main.py): drop --explicit for the compact form (runs)")
     return encode_outcome(scenario, outcome, explicit)
 
 
@@ -571,15 +580,15 @@ def _explain(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         if provenance is not None:
-            from .vllm_config import format_provenance
+            from kvspec.checks.conform.vllm_config import format_provenance
             print(f"geometry from the vLLM configuration {args.from_vllm}:")
             print(format_provenance(provenance))
         print(text)
         if args.ranks:
             print(format_ranks(sc, outcome))
     if args.svg:
+        from kvspec.checks.cli.picture import render_svg
         from kvspec.checks.output import write_output_file
-        from kvspec.checks.picture import render_svg
         write_output_file(args.svg, render_svg(sc, outcome))
     return 1 if args.check and _fails_check(result) else 0
 
@@ -595,8 +604,7 @@ def _read_lines(path: str) -> list[str]:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    from kvspec.checks.keys_tool import compute_key_report, format_key_report, parse_key_vllm
-    from kvspec.spec.keys import parse_key
+    from kvspec.checks.cli.keys_tool import compute_key_report, format_key_report, parse_key_vllm
     if args.keys_cmd == "parse":
         if args.grammar == "kvspec":
             k, splits = parse_key(args.key), None
@@ -645,7 +653,6 @@ def _conform(args: argparse.Namespace) -> int:
                                          "MODULE:OBJECT")
     rules = args.rules or DEFAULT_RULES
     if args.engine in ("vllm", "vllm-lifecycle") and args.rules is None:  # the installed release's rule set
-        from importlib import metadata
 
         from kvspec.checks.rulesets import find_oracle_rules
         try:
@@ -664,7 +671,7 @@ def _conform(args: argparse.Namespace) -> int:
         if not 0 <= examples <= 100_000:
             raise SpecError("conform-count", f"--examples must be within 0..100000, got {examples}")
         _need("hypothesis", "conform", "kvspec conform --adapter")
-        from kvspec.checks.adapters import format_adapter_report, load_adapter, run_adapter_conformance
+        from kvspec.checks.conform.adapters import format_adapter_report, load_adapter, run_adapter_conformance
         rep = run_adapter_conformance(load_adapter(args.adapter), rules, examples, args.seed)
         print(json.dumps(rep, indent=2) if args.json else format_adapter_report(rep))
         return 0 if rep["ok"] else 1
@@ -676,24 +683,24 @@ def _conform(args: argparse.Namespace) -> int:
         return _conform_sglang(args, count)
     _refuse_flags(args, f"conform {args.engine} (--root is SGLang's wheel)", ("root",))
     try:
-        from kvspec.checks.vllm_oracle import load_vllm
+        from kvspec.checks.conform.vllm_oracle import load_vllm
         load_vllm()
     except Exception as exc:  # noqa: BLE001 - an import of vLLM fails in many ways; each is "not available here"
         _die("conform-deps", f"kvspec conform {args.engine} needs a vLLM release importable: make vllm-venv, then "
                              f".venv-vllm/bin/kvspec conform {args.engine} ({type(exc).__name__}: {exc})")
     if args.engine == "vllm-lifecycle":
-        from kvspec.checks.vllm_lifecycle import format_lifecycle_report, run_lifecycle_conformance
+        from kvspec.checks.conform.vllm_lifecycle import format_lifecycle_report, run_lifecycle_conformance
         rep = run_lifecycle_conformance(count, args.seed, rules=rules)
         print(json.dumps(rep, indent=2) if args.json else format_lifecycle_report(rep))
         return 0 if rep["ok"] else 1
-    from kvspec.checks.conform import format_report, run_conformance
+    from kvspec.checks.conform.runner import format_report, run_conformance
     rep = run_conformance(count, args.seed, rules=rules)
     print(json.dumps(rep, indent=2) if args.json else format_report(rep))
     return 0 if rep["ok"] else 1
 
 
 def _conform_sglang(args: argparse.Namespace, count: int) -> int:
-    from kvspec.checks.sglang_oracle import RULES, format_report, run_oracle
+    from kvspec.checks.conform.sglang_oracle import RULES, format_report, run_oracle
     if args.rules not in (None, RULES):
         raise SpecError("conform-version", f"SGLang 0.5.23's code is the oracle of {RULES} only, not --rules {args.rules}")
     root = args.root or os.environ.get("KVSPEC_SGLANG_ROOT") or ".cache/sglang-0.5.23"
@@ -728,7 +735,7 @@ def _add_geometry_args(parser: argparse.ArgumentParser) -> None:
                      help="a vLLM 0.33.0 engine configuration as JSON (engine arguments, flat or in cache_config/"
                           "parallel_config/speculative_config/kv_transfer_config sections) mapped to the geometry; "
                           "the model's groups from its kv_cache_groups list or --group KIND[:BLOCK][:eagle]; refused "
-                          "as vLLM refuses it (checks/vllm_config.py)")
+                          "as vLLM refuses it (checks/conform/vllm_config.py)")
 
 
 EXPLAIN_EPILOG = """example (vLLM PR #53324's Kimi-K3 deployment, DCP 8):
@@ -824,7 +831,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "built (make sglang-src; default $KVSPEC_SGLANG_ROOT, else "
                                                  ".cache/sglang-0.5.23)")
     c.add_argument("--adapter", metavar="MODULE:OBJECT",
-                   help="an engine adapter (checks/adapters.py protocol), e.g. kvspec.checks.adapters:IMPL: the "
+                   help="an engine adapter (checks/conform/adapters.py protocol), e.g. kvspec.checks.conform.adapters:IMPL: the "
                         "explain vectors of --rules, then a Hypothesis search, shrunk to an explain command")
     c.add_argument("--rules", choices=list(RULE_SETS), metavar="NAME",
                    help=f"the rule set compared with the engine's answers (default {DEFAULT_RULES}): the one the adapter "
@@ -952,13 +959,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "model":
             _need("torch", "impl", "kvspec model")
             _need("mooncake.store", "mooncake-cpu", "kvspec model")
-            from kvspec.checks.model_cmd import run_model_command
+            from kvspec.checks.cli.model_cmd import run_model_command
             shared = args.shared if args.shared is not None else min(args.stored_prompt, args.prompt)
             return run_model_command(_geometry(args), args.rules, args.stored_prompt, shared, args.prompt, args.json)
         if args.cmd == "vectors":
             if args.check:
                 _refuse_flags(args, "vectors --check (it writes nothing)", ("force",))
-            from kvspec.checks.vectors import run_vectors
+            from kvspec.checks.conform.vectors import run_vectors
             return run_vectors(args.out, check=args.check, force=args.force)
         if args.cmd == "verify":
             if args.list:
@@ -966,7 +973,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.fast and args.full:
                 raise SpecError("cli-usage", "--fast (a sample) and --full (every geometry) exclude each other")
             _need("z3", "verify", "kvspec verify")
-            from kvspec.checks.verify import run_verify
+            from kvspec.checks.verify.runner import run_verify
             return run_verify(json_out=args.json, fast=args.fast, junit=args.junit, progress=not args.quiet,
                               only=tuple(args.only or ()), list_only=args.list, full=args.full)
         if args.efficiency_only and args.transfer_only:
@@ -983,7 +990,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _need("mooncake.store", "mooncake-cpu", "kvspec bench")
         if args.plot:
             _need("matplotlib", "plot", "kvspec bench --plot")
-        from kvspec.checks.bench import run_bench
+        from kvspec.checks.bench.runner import run_bench
         return run_bench(quick=args.quick, transfer_only=args.transfer_only, json_out=args.json,
                          dcps=tuple(args.dcp) if args.dcp else None, tokens=args.tokens,
                          efficiency_only=args.efficiency_only, plot=args.plot, deadline_only=args.deadline_only)

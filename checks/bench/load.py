@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvspec.checks.adapters import compute_impl_store_rule
+from kvspec.checks.conform.adapters import compute_impl_store_rule
 from kvspec.impl.job import Job, encode_job
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.rules import VLLM_0_33, compute_lookahead, get_rules

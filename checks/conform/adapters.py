@@ -10,7 +10,7 @@ engine would (docs/porting.md):
 * ``load_plan(geometry, hit, tails, present, rules)`` — the (group, block, key boundary) of every block it
   loads (E is given for an engine that plans from what it saw; the spec's plan does not need it);
 * ``name`` — what the report calls it; optionally ``claims`` — the classes it supports, per axis of
-  checks/coverage.py (``{"dcp": [1, 2, 4, 8], "pcp": ["PCP=1"]}``; an axis left out: every value) and the
+  checks/conform/coverage.py (``{"dcp": [1, 2, 4, 8], "pcp": ["PCP=1"]}``; an axis left out: every value) and the
   ``writer`` axis (``prefill``: every stored request was cut at its prefill; ``finished``: some writer decoded
   before finishing, or saved its decode phase). The kit runs only the claimed classes and fails a run that leaves
   a claimed class without a case;
@@ -19,10 +19,10 @@ engine would (docs/porting.md):
   save_decode_cache: the decode phase). An adapter without it stores nothing past its prefill, which the
   ``finished`` vectors of a vLLM rule set reject unless it claims ``{"writer": ["prefill"]}``.
 
-Adapters that ship: ``kvspec.checks.adapters:IMPL`` (kvspec's implementation, impl/, following whatever
+Adapters that ship: ``kvspec.checks.conform.adapters:IMPL`` (kvspec's implementation, impl/, following whatever
 rule set it is told), ``LEGACY`` (the tail keyed at the hit, the loader before vLLM PR #53324, which fails
-with its counterexample), ``kvspec.checks.vllm_oracle:VLLM`` (vLLM's own connector code, function by function,
-in a vLLM venv), ``kvspec.checks.sglang_oracle:SGLANG`` (SGLang's own code), and examples/adapter_template.py (a
+with its counterexample), ``kvspec.checks.conform.vllm_oracle:VLLM`` (vLLM's own connector code, function by function,
+in a vLLM venv), ``kvspec.checks.conform.sglang_oracle:SGLANG`` (SGLang's own code), and examples/adapter_template.py (a
 port written from the porting guide alone).
 """
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import json
 import sys
 import time
 import traceback
@@ -40,10 +41,21 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from kvspec.checks.conform.coverage import (
+    AXES,
+    CLASSES,
+    HypothesisDraw,
+    classify,
+    compute_boundary_classes,
+    compute_class_scenarios,
+    draw_scenario,
+)
+from kvspec.checks.conform.vectors import compute_cases
+from kvspec.checks.data import find_vector_cases
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry
 from kvspec.spec.rules import STORE_PR53324, STORE_VLLM_0_33, TAIL_HIT, compute_lookahead, get_rules
-from kvspec.spec.scenario import has_outputs
+from kvspec.spec.scenario import decode_scenario, encode_scenario, evaluate_scenario, has_outputs
 
 Obj = tuple[int, int]  # (group id, boundary t): the object keyed H_t of that group
 
@@ -186,7 +198,6 @@ def compute_adapter_outcome(adapter: EngineAdapter, scenario: Any) -> dict[str, 
 
 def compute_spec_outcome(scenario: Any) -> dict[str, Any]:
     """Return the same fields from the spec."""
-    from kvspec.spec.scenario import evaluate_scenario
     out = evaluate_scenario(scenario)
     return {"stored": sorted((int(x), int(t)) for x, t in out.present), "hit": int(out.hit_length),
             "tails": sorted((int(x), int(t)) for x, t in out.tails),
@@ -226,7 +237,6 @@ def format_explain_command(scenario: Any) -> str:
 
 def _claimed(adapter: EngineAdapter) -> Mapping[str, Collection[str]]:
     """Return the adapter's claims per axis as strings (no `claims`: every value of every axis)."""
-    from .coverage import AXES
     raw = getattr(adapter, "claims", None) or {}
     unknown = set(raw) - {*AXES, WRITER_AXIS}
     if unknown:
@@ -252,13 +262,12 @@ def compute_writer_kind(scenario: Any) -> str:
 
 def _in_claims(claims: Mapping[str, Collection[str]], values: Mapping[str, str]) -> bool:
     """Return whether the values lie in the claims (an axis the values do not name is not constrained: a class of
-    checks/coverage.py names no writer)."""
+    checks/conform/coverage.py names no writer)."""
     return all(a not in values or values[a] in vs for a, vs in claims.items())
 
 
 def compute_axis_values(scenario: Any) -> dict[str, str]:
     """Return a scenario's value on every axis a claim can name."""
-    from .coverage import classify
     return {**classify(scenario).axis_values(), WRITER_AXIS: compute_writer_kind(scenario)}
 
 
@@ -271,9 +280,6 @@ class Coverage:
     classes: dict[str, list[int]] = attrs.Factory(dict)
 
     def add(self, scenario: Any, bad: bool) -> str:
-        from kvspec.spec.scenario import evaluate_scenario
-
-        from .coverage import classify, compute_boundary_classes
         c = classify(scenario)
         for axis, value in compute_axis_values(scenario).items():
             cell = self.axes.setdefault(axis, {}).setdefault(value, [0, 0])
@@ -306,9 +312,6 @@ def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 
         raise SpecError("conform-deps", f"kvspec conform --adapter needs hypothesis ({exc}): "
                                         "pip install 'kvspec[conform]'") from None
 
-    from kvspec.spec.scenario import decode_scenario, encode_scenario
-
-    from .coverage import CLASSES, HypothesisDraw, compute_class_scenarios, draw_scenario
 
     t0 = time.perf_counter()
     claims = _claimed(adapter)
@@ -384,7 +387,6 @@ def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 
 
 def _uncovered_claims(claims: Mapping[str, Collection[str]], cov: Coverage, rules: str) -> list[str]:
     """Return each claimed axis value and each claimed, expressible class the run left without a case."""
-    from .coverage import CLASSES, compute_class_scenarios
     out = [f"{axis}={v}" for axis, vals in claims.items() for v in sorted(vals)
            if cov.axes.get(axis, {}).get(v, [0, 0])[0] == 0]
     for c in CLASSES:
@@ -397,9 +399,7 @@ def _uncovered_claims(claims: Mapping[str, Collection[str]], cov: Coverage, rule
 def iterate_vector_inputs(rules: str) -> Iterable[tuple[str, dict[str, Any]]]:
     """Yield (path, input) of the explain vectors of a rule set (scenarios from stored requests): the shipped
     files (a wheel's package data or a checkout's vectors/), else generated (the tests keep them equal)."""
-    import json
 
-    from .data import find_vector_cases
     root = find_vector_cases(rules)
     if root is not None:
         for case in sorted(root.glob("*/*")):
@@ -407,7 +407,6 @@ def iterate_vector_inputs(rules: str) -> Iterable[tuple[str, dict[str, Any]]]:
             if "stored" not in inp:
                 yield str(case / "input.json"), inp
         return
-    from .vectors import compute_cases
     for runner, handler, suite, case_name, inp, _ in compute_cases(rules):
         if runner == "explain" and "stored" not in inp:
             yield f"(generated) {rules}/{runner}/{handler}/{suite}/{case_name}", inp

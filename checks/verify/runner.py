@@ -1,4 +1,4 @@
-"""`make verify`: expand the manifest (checks/manifest.py) into parts, run them on every core, render the rows.
+"""`make verify`: expand the manifest (checks/verify/manifest.py) into parts, run them on every core, render the rows.
 
 Every row: check id, statement, method (z3 / exhaustive / hypothesis / mutant), expected, result, seconds.
 Exit status 0 only when every theorem has its expected answer (unknown = failure), every
@@ -8,6 +8,7 @@ exhaustive and link run found nothing, and every mutant was caught.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import gc
 import json
 import multiprocessing as mp
@@ -16,16 +17,19 @@ import sys
 import time
 from collections.abc import Iterator
 from typing import Any
+from xml.etree import ElementTree as ET
 
-from .manifest import Check, Method, Part, Row, compute_manifest
+from kvspec.checks.calibration import format_calibrated, measure_calibration, measure_cpu_seconds
+from kvspec.checks.output import write_output_file
+from kvspec.checks.verify.manifest import Check, Method, Part, Row, compute_manifest
+from kvspec.checks.verify.prove import SCOPE
+from kvspec.spec.errors import SpecError
 
 
 def _selected(fast: bool, full: bool, only: tuple[str, ...] = ()) -> list[Check]:
-    import fnmatch
     manifest = compute_manifest(full)
     unmatched = [pat for pat in only if not any(fnmatch.fnmatchcase(r, pat) for c in manifest for r in c.row_ids)]
     if unmatched:  # a mistyped id beside good ones must not pass as a run that checked it
-        from kvspec.spec.errors import SpecError
         raise SpecError("verify-only", f"no check matches {' '.join(unmatched)} (kvspec verify --list shows the ids)")
     checks = [c for c in manifest if c.fast or not fast]
     if only:
@@ -103,7 +107,6 @@ def collect(fast: bool = False, processes: int | None = None, progress: bool = F
 
 def summarize(rows: list[Row], fast: bool) -> dict[str, Any]:
     """Return the report: the rows as JSON objects (checks/README.md documents them) and the totals."""
-    from .prove import SCOPE
     z3rows = [r for r in rows if r.method == Method.Z3]
     mutants = [r for r in rows if r.method == Method.MUTANT]
     return {"ok": all(r.ok for r in rows), "fast": fast, "z3_scope": SCOPE, "rows": [r.to_json() for r in rows],
@@ -145,7 +148,6 @@ def format_table(report: dict[str, Any]) -> str:
 
 def format_junit(report: dict[str, Any]) -> str:
     """Return the table as JUnit XML: one testcase per row (classname = method), a failure per failed row."""
-    from xml.etree import ElementTree as ET
     rows = report["rows"]
     suite = ET.Element("testsuite", name="kvspec-verify", tests=str(len(rows)),
                        failures=str(sum(not r["ok"] for r in rows)), time=str(report.get("wall_seconds", 0)))
@@ -168,12 +170,9 @@ def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = N
         return 0
     tasks = compute_tasks(fast, only, full)
     if not tasks:
-        from kvspec.spec.errors import SpecError
         raise SpecError("verify-only", f"no check matches {' '.join(only)} (kvspec verify --list shows the ids)")
     if junit and os.path.isdir(junit):  # refused before the run, not after it
-        from kvspec.spec.errors import SpecError
         raise SpecError("output-file", f"--junit {junit} is a directory; name a file")
-    from .calibration import format_calibrated, measure_calibration, measure_cpu_seconds
     calibration = measure_calibration()  # this machine, measured in the same run (checks/calibration.py)
     t0, c0 = time.perf_counter(), measure_cpu_seconds()
     report = summarize(collect(fast, progress=progress, only=only, full=full), fast)
@@ -181,7 +180,6 @@ def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = N
     report["cpu_seconds"] = round(measure_cpu_seconds() - c0, 2)
     report["calibration"] = calibration
     if junit:
-        from .output import write_output_file
         os.makedirs(os.path.dirname(os.path.abspath(junit)), exist_ok=True)  # creates folders, replaces no file but it
         write_output_file(junit, format_junit(report) + "\n")
     if json_out:

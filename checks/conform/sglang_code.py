@@ -40,8 +40,10 @@ import sys
 import sysconfig
 import threading
 import types
+from array import array
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from kvspec.spec.errors import SpecError
 
@@ -170,7 +172,7 @@ def load_sglang(root: str) -> types.SimpleNamespace:
     built = find_native_hash(root)
     if built is None:
         raise SpecError("sglang-code", f"SGLang's hash_binding.cpp is not built under {root}: make sglang-src "
-                                       "(python -m kvspec.checks.sglang_code --build ROOT)")
+                                       "(python -m kvspec.checks.conform.sglang_code --build ROOT)")
     for name in PACKAGES:  # empty packages: the real __init__s import the whole server
         mod = types.ModuleType(name)
         mod.__path__ = [str(Path(root, *name.split(".")))]
@@ -205,9 +207,6 @@ def load_sglang(root: str) -> types.SimpleNamespace:
 
     ns: dict[str, Any] = {"hashlib": importlib.import_module("hashlib"), "get_native_hash": nh.get_native_hash,
                           "Any": Any, "Optional": Any, "List": list}
-    from array import array
-    from collections.abc import Iterator
-    from typing import Union
     code = types.SimpleNamespace(hs=hs, ms=ms, native_hash=nh, torch=torch)
     code.__dict__.update(load_definitions(root, "mem_cache/utils.py",
                                           ("get_hash_str", "storage_namespace_seed", "get_storage_hash_str"), ns))
@@ -276,7 +275,7 @@ class _Logger:
 
 def main(argv: list[str] | None = None) -> int:
     """Build SGLang's page hash from the unpacked wheel at ROOT (make sglang-src)."""
-    p = argparse.ArgumentParser(prog="python -m kvspec.checks.sglang_code")
+    p = argparse.ArgumentParser(prog="python -m kvspec.checks.conform.sglang_code")
     p.add_argument("--build", metavar="ROOT", required=True, help="the unpacked sglang==0.5.23 wheel")
     args = p.parse_args(argv)
     print(build_native_hash(os.fspath(args.build)))

@@ -10,7 +10,7 @@ regenerating the vectors reproduces them byte for byte. Runners:
   examples), boundaries (prompts around every span multiple of a small DCP geometry, resends and
   shared prefixes), exhaustive-sample (every k-th scenario of make verify's scope), mutant-counterexamples
   (for each known bug, the first scenario of the scope it fails on, with what the rule set does),
-  coverage (checks/coverage.py: every class of (D, I > 1, PCP > 1, drafter, group mix) the rule set can
+  coverage (checks/conform/coverage.py: every class of (D, I > 1, PCP > 1, drafter, group mix) the rule set can
   express, three seeded cases each: a resend, a long prompt up to 10⁶ tokens, two stored requests with a
   longer lookup and an eviction), and for `legacy` the #53324 counterexample (a planned key that is not
   present).
@@ -25,11 +25,19 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from kvspec import __version__
+from kvspec.checks.conform.coverage import iterate_coverage
+from kvspec.checks.output import replace_vectors_tree
+from kvspec.checks.rulesets import RULE_CHECKS, VECTORS_COUNTEREXAMPLES, get_rule_checks, list_rules
+from kvspec.checks.verify.exhaustive import iterate_all
+from kvspec.checks.verify.mutants import MUTANTS, hunt
 from kvspec.spec.errors import SpecError
 from kvspec.spec.failure import compute_loaded_prefix, compute_retry_cap, compute_safe_boundary
 from kvspec.spec.geometry import Geometry, compute_group_ids, compute_lcm_span, make_geometry
@@ -45,8 +53,6 @@ from kvspec.spec.scenario import (
     evaluate_scenario,
 )
 from kvspec.spec.types import Boundary
-
-from .rulesets import RULE_CHECKS, VECTORS_COUNTEREXAMPLES, get_rule_checks, list_rules
 
 FORMAT = 1
 SAFE_RULES = list_rules("vectors")  # checks/rulesets.py: the rule sets with every suite
@@ -102,7 +108,6 @@ def _boundaries(rules: str) -> Iterator[Case]:
 
 
 def _exhaustive_sample(rules: str, every: int = 3001, cap: int = 120) -> Iterator[Case]:
-    from .exhaustive import iterate_all
     picked = itertools.islice((sc for k, sc in enumerate(iterate_all(rules=rules)) if k % every == 0), cap)
     for k, sc in enumerate(picked):
         yield _explain("exhaustive-sample", f"{k:04d}", sc)
@@ -111,8 +116,6 @@ def _exhaustive_sample(rules: str, every: int = 3001, cap: int = 120) -> Iterato
 @functools.cache
 def _mutant_scenarios() -> tuple[tuple[str, Scenario], ...]:
     """Return each scenario mutant's first counterexample in the mutant-hunt order (one hunt for every rule set)."""
-    from .exhaustive import iterate_all
-    from .mutants import MUTANTS, hunt
     out = []
     for m in MUTANTS:
         if m.closure:  # closure mutants are caught on failed loads (the failure vectors), not by a scenario
@@ -124,7 +127,6 @@ def _mutant_scenarios() -> tuple[tuple[str, Scenario], ...]:
 
 
 def _mutant_counterexamples(rules: str) -> Iterator[Case]:
-    import attrs
     for name, sc in _mutant_scenarios():
         if _admits(rules, sc.geometry):  # the bug's scenario, where the rule set admits it
             yield _explain("mutant-counterexamples", name, attrs.evolve(sc, rules=rules))
@@ -164,13 +166,11 @@ def _legacy() -> Iterator[Case]:
 
 
 def _coverage(rules: str) -> Iterator[Case]:
-    from .coverage import iterate_coverage
     for name, sc in iterate_coverage(rules):
         yield _explain("coverage", name, sc)
 
 
 def _failure(rules: str, cap: int = 60) -> Iterator[Case]:
-    from .exhaustive import iterate_all
     n = 0
     for k, sc in enumerate(iterate_all(dcps=(1, 2, 4), evict=False, rules=rules)):
         if n >= cap:
@@ -263,9 +263,7 @@ def run_vectors(out: str, check: bool = False, force: bool = False) -> int:
 
     Writing never deletes a file that is not a vector (checks/output.py: a new or empty folder, or an
     existing vectors tree with `force`)."""
-    import tempfile
 
-    from .output import replace_vectors_tree
     if not check:
         counts: dict[str, int] = {}
         replace_vectors_tree(Path(out), lambda d: counts.update(write_vectors(d)), force=force)

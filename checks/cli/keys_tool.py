@@ -9,6 +9,8 @@ the resulting E: the hit, the tail keys and the load plan, each key marked prese
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -17,8 +19,8 @@ import attrs
 
 from kvspec.spec.errors import SpecError, require
 from kvspec.spec.geometry import Geometry
-from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, parse_key
-from kvspec.spec.rules import VLLM_0_33
+from kvspec.spec.keys import KEY_GRAMMARS, StoreKey, compute_lookahead_chain, parse_key
+from kvspec.spec.rules import VLLM_0_33, compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, encode_outcome, evaluate_scenario
 from kvspec.spec.types import Boundary, GroupId
 
@@ -33,8 +35,6 @@ VLLM_DEFAULT_SEED = "vllm-none-hash"  # vLLM's NONE_HASH seed for a cryptographi
 def _engine_hash(algo: str) -> Any:
     """Return vLLM's hash function of that name, stated in kvspec's words: SHA-256 or xxHash3-128 over the pickle
     (highest protocol) or canonical CBOR of the value; SpecError naming the package when one is missing."""
-    import hashlib
-    import pickle
 
     if algo.endswith("_cbor"):
         try:
@@ -64,7 +64,6 @@ def compute_engine_chain(tokens: Sequence[int], unit: int, algo: str = "sha256",
     after the unit…) and only units whose λ following tokens exist are hashed."""
     require(algo in HASH_ALGOS, RULE_HASH, f"unknown hash algorithm {algo!r} (known: {', '.join(HASH_ALGOS)})")
     if algo == "kvspec":
-        from kvspec.spec.keys import compute_lookahead_chain
         return compute_lookahead_chain(tokens, unit, lookahead, extra_keys=(cache_salt,) if cache_salt else ())
     if algo.startswith("xxhash") and seed is None:
         raise SpecError(RULE_HASH, f"{algo} roots its chain in a random seed unless PYTHONHASHSEED is set: give the "
@@ -139,7 +138,6 @@ def compute_key_report(geometry: Geometry, lines: Iterable[str], grammar: str = 
     boundary_of: dict[str, int] = {}
     algo = hash_algo or ("kvspec" if grammar == "kvspec" else "sha256")
     if tokens is not None:
-        from kvspec.spec.rules import compute_lookahead, get_rules
         chain = compute_engine_chain(tokens, geometry.unit, algo, hash_seed, cache_salt,
                                      compute_lookahead(get_rules(rules), geometry))
         boundary_of = {h.hex(): (i + 1) * geometry.unit for i, h in enumerate(chain)}

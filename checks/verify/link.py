@@ -8,16 +8,7 @@ from typing import Any
 
 import attrs
 
-from kvspec.spec.geometry import Geometry, Group, Parallel
-from kvspec.spec.invariants import MISSING
-from kvspec.spec.ops import IntOps
-from kvspec.spec.rules import PR53324, get_rules
-from kvspec.spec.scenario import Outcome, Scenario, StoredRequest, evaluate_scenario
-from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule, describe_schedule
-from kvspec.spec.store import compute_rule_store
-from kvspec.spec.types import GroupId, Tokens
-
-from .closed_form import (
+from kvspec.checks.verify.closed_form import (
     VLLM,
     ClosedForm,
     Gone,
@@ -28,6 +19,16 @@ from .closed_form import (
     compute_closed_safe,
     compute_scaled,
 )
+from kvspec.spec.failure import compute_safe_boundary
+from kvspec.spec.geometry import Geometry, Group, Parallel
+from kvspec.spec.invariants import MISSING, compute_failure_witness
+from kvspec.spec.lookup import compute_best_hit, compute_physical_best, compute_tail_block
+from kvspec.spec.ops import IntOps
+from kvspec.spec.rules import PR53324, compute_lookahead, compute_rule_geometry, get_rules
+from kvspec.spec.scenario import Outcome, Scenario, StoredRequest, evaluate_scenario
+from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule, describe_schedule
+from kvspec.spec.store import compute_rule_store
+from kvspec.spec.types import GroupId, Tokens
 
 
 @functools.lru_cache(maxsize=1024)  # a scope's inputs share few geometries: one value each (and warm spec caches)
@@ -111,9 +112,6 @@ def compare_failure(x: Params, rule: str = PR53324) -> str | None:
 
     Every first failed attention block f (or none) with the Mamba block loaded or not.
     """
-    from kvspec.spec.failure import compute_safe_boundary
-    from kvspec.spec.invariants import compute_failure_witness
-    from kvspec.spec.lookup import compute_tail_block
     cf, sc, out = compute_pair(x, False, rule)
     h = out.hit_length
     if h <= 0:
@@ -138,8 +136,6 @@ def compare_failure(x: Params, rule: str = PR53324) -> str | None:
 def compare_best(x: Params, rule: str = PR53324) -> str | None:
     """Return the first difference between the closed form's best and spec/lookup.py's, or None: MAX-HIT's best
     (compute_best_hit) of E and of E minus each one stored object, and BEST's (compute_physical_best) of E."""
-    from kvspec.spec.lookup import compute_best_hit, compute_physical_best
-    from kvspec.spec.rules import compute_lookahead, compute_rule_geometry
     cf, sc, out = compute_pair(x, False, rule)
     if out.error is not None:
         return f"spec error {out.error}"

@@ -14,13 +14,9 @@ from typing import Any
 
 import attrs
 
-from kvspec.spec.content import DRAFT_REACH
-from kvspec.spec.invariants import REGISTRY, get_invariant, pre_loaded_from_visible
-from kvspec.spec.ops import IntOps
-from kvspec.spec.rules import PR53324
-from kvspec.spec.types import Boundary, GroupId, Rank
-
-from .closed_form import (
+from kvspec.checks.conform.adapters import format_explain_command as format_scenario_command
+from kvspec.checks.rulesets import get_rule_checks
+from kvspec.checks.verify.closed_form import (
     LOOKAHEAD,
     VLLM,
     VLLM_RULES,
@@ -42,8 +38,15 @@ from .closed_form import (
     pre_params,
     read_closed_rules,
 )
-from .rulesets import get_rule_checks
-from .z3ops import Z3Ops
+from kvspec.checks.verify.link import build_scenario
+from kvspec.checks.verify.z3ops import Z3Ops
+from kvspec.spec.content import DRAFT_REACH
+from kvspec.spec.invariants import REGISTRY, FailureWitness, get_invariant, pre_loaded_from_visible
+from kvspec.spec.lookup import compute_physical_best
+from kvspec.spec.ops import IntOps
+from kvspec.spec.rules import PR53324, compute_lookahead, compute_rule_geometry, get_rules
+from kvspec.spec.scenario import evaluate_scenario
+from kvspec.spec.types import Boundary, GroupId, Rank
 
 
 @attrs.frozen(kw_only=True)
@@ -164,7 +167,7 @@ def _scenario(inv_id: str, geom: tuple[int | None, int | None, int | None], lega
     return build
 
 
-# The steps of every symbolic scenario proof (see checks/closed_form.py): a step assumes the claims
+# The steps of every symbolic scenario proof (see checks/verify/closed_form.py): a step assumes the claims
 # of the steps before it (each proved as its own theorem) and leaves the definitions of the names
 # those claims describe out of its queries (Query.opaque), so each query sees one layer only.
 STEPS = ("LEMMA-MAMBA", "LEMMA-HIT-SHAPE", "LEMMA-TAILS")
@@ -220,7 +223,6 @@ def _model_params(model: dict[str, int]) -> Params:
 def _failure_witness(ops: Any, closed: tuple[Any, Any, Any], f: Any, mok: Any, safe_parts: tuple[Any, ...],
                      retry: Any) -> Any:
     """Return the closed-form failure witness: safe_parts from compute_closed_safe, retry the capped lookup's hit."""
-    from kvspec.spec.invariants import FailureWitness
     cf, _, mam_has = closed
     safe, cap, _, _ = safe_parts
     one = ops.z3.IntVal(1) if hasattr(ops, "z3") else 1  # a = u: one unit
@@ -395,7 +397,6 @@ def _efficiency(kind: str, rule: str) -> Callable[[Z3Ops], Query]:
 def compute_efficiency_scenarios(model: dict[str, int], rule: str, kind: str) -> tuple[Any, Any]:
     """Return the spec scenarios a counterexample of BEST or MONO-EVICT describes: (the scenario, the same with the
     object evicted on rank 0 for MONO-EVICT, else None)."""
-    from .link import build_scenario
     sc = build_scenario(_model_params(model), rule=rule)
     if kind != "MONO-EVICT":
         return sc, None
@@ -418,9 +419,6 @@ def _replay_efficiency(kind: str, rule: str) -> Callable[[dict[str, int]], bool]
             return False
         if kind not in ("BEST", "MONO-EVICT"):
             return True
-        from kvspec.spec.lookup import compute_physical_best
-        from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
-        from kvspec.spec.scenario import evaluate_scenario
         sc, evicted = compute_efficiency_scenarios(model, rule, kind)
         out = evaluate_scenario(sc)
         if evicted is not None:
@@ -435,11 +433,10 @@ def _replay_efficiency(kind: str, rule: str) -> Callable[[dict[str, int]], bool]
 
 def _explain_efficiency(kind: str, rule: str) -> Callable[[dict[str, int]], str]:
     """Return the kvspec commands that show an efficiency counterexample on the spec."""
-    from .adapters import format_explain_command
 
     def explain(model: dict[str, int]) -> str:
         sc, evicted = compute_efficiency_scenarios(model, rule, kind)
-        return " ; ".join(format_explain_command(s) for s in (sc, evicted) if s is not None)
+        return " ; ".join(format_scenario_command(s) for s in (sc, evicted) if s is not None)
 
     return explain
 
@@ -554,7 +551,7 @@ def _replay_arith(inv_id: str) -> Callable[[dict[str, int]], bool]:
     return replay
 
 
-CLOSED = "closed form (checks/closed_form.py); link closed form == spec fixed point (exhaustive + hypothesis)"
+CLOSED = "closed form (checks/verify/closed_form.py); link closed form == spec fixed point (exhaustive + hypothesis)"
 CHAIN = "; ".join((*STEPS, CLOSED))
 SCOPE = "every u >= 1, b = q·u (q >= 1), D >= 1, P, N, S, EAGLE on/off, both retentions (symbolic)"
 
@@ -685,7 +682,7 @@ def compute_schedule_theorems(lemmas: dict[str, str]) -> list[Theorem]:
     out: list[Theorem] = []
     for vr in VLLM_RULES:
         tag, link = f"@{vr}{ANY_SCHEDULE}", f"link closed form over Mamba states == spec under schedules (LINK-{vr}/schedules)"
-        closed = f"closed form under {vr}'s store rule over the Mamba states (checks/closed_form.py); {link}"
+        closed = f"closed form under {vr}'s store rule over the Mamba states (checks/verify/closed_form.py); {link}"
         chain = "; ".join((*(f"{st}{tag}" for st in STEPS), closed))
         where = f" [every u, q, D, every chunk schedule; rules {vr}]"
 

@@ -5,7 +5,7 @@ for the geometry the PR is about (one attention group of span s = b·D and one M
 span b, optionally an equal-spec draft group), the length it converges to in closed form,
 using the store rule's sets.  The Z3 theorems are proved on this closed form; the link
 "closed form == executable spec" is checked exhaustively on small scopes and by Hypothesis
-at large scale (``checks/link.py``).
+at large scale (``checks/verify/link.py``).
 
 The closed form counts in **units**: every boundary the store rule or the lookup produces is a
 multiple of u, so it is computed as a unit count (m = q·D units per attention block, q per Mamba
@@ -23,7 +23,7 @@ what lets the solver prove the theorems with D, q and u all symbolic.  Derivatio
   Mamba once at the attention result; the fixed point stops after one pass.  A hit h with
   u·h >= N is re-derived once at the bound ⌊(N−1)/u⌋ (``sel`` is the bound finally used).
 
-The proofs are cut in three (``checks/prove.py``): a lemma proves that the hit has the shape
+The proofs are cut in three (``checks/verify/prove.py``): a lemma proves that the hit has the shape
 :func:`is_hit_shaped`; a second proves the unit-level tail facts :func:`has_tail_facts` for *every*
 hit of that shape (the hit's definition left out); each theorem is then proved from the two
 lemmas with the hit and the tails left opaque.  All three with u, q, D and the prompts symbolic.

@@ -30,6 +30,7 @@ checked against vLLM's real scheduler by vllm_lifecycle.py (`kvspec conform vllm
 from __future__ import annotations
 
 import functools
+import importlib
 import threading
 import types
 from collections.abc import Iterable, Sequence
@@ -76,7 +77,6 @@ RELEASES: dict[str, Release] = {
 def load_vllm() -> types.SimpleNamespace:
     """Return the vLLM modules the oracle drives and its Release; raise ImportError unless a release in RELEASES
     is importable."""
-    import importlib
 
     import vllm
     release = RELEASES.get(vllm.__version__)
@@ -362,7 +362,7 @@ def _chain(geometry: Geometry, length: int, lookahead: int) -> list[bytes]:
 
 @attrs.frozen
 class VllmAdapter:
-    """vLLM 0.33.0's connector under the adapter protocol (checks/adapters.py), every answer from vLLM's code.
+    """vLLM 0.33.0's connector under the adapter protocol (checks/conform/adapters.py), every answer from vLLM's code.
 
     Objects become keys under the lookup request's chain (every object the lookup can name shares its
     prefix); the lookup runs on rank 0's lookup server over a store holding every rank's shard of E; the
@@ -372,7 +372,7 @@ class VllmAdapter:
 
     name: str = "vllm (its own code, the installed release)"
     # its store is the prefill's functions (ReqMeta, the sending thread); a writer that decoded is the lifecycle
-    # oracle's (checks/vllm_lifecycle.py: vLLM's real scheduler runs the finish and the decode phase)
+    # oracle's (checks/conform/vllm_lifecycle.py: vLLM's real scheduler runs the finish and the decode phase)
     claims = {"writer": ["prefill"]}
 
     def store_objects(self, geometry: Geometry, prompt: int, rules: str = VLLM_0_33) -> Iterable[Obj]:

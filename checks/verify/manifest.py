@@ -19,12 +19,11 @@ from typing import Any, Protocol, cast
 
 import attrs
 
-from kvspec.spec.rules import PR53324, STORE_PR53324, get_rules
-from kvspec.spec.scenario import SPEC_STAGES
-
-from .closed_form import VLLM_RULES
-from .efficiency import PROPERTIES, Memo
-from .exhaustive import (
+from kvspec.checks.conform.adapters import format_explain_command
+from kvspec.checks.rulesets import EXHAUSTIVE_FULL, EXHAUSTIVE_VERIFY, PROPERTY_HOLDS, RULE_CHECKS
+from kvspec.checks.verify.closed_form import VLLM_RULES, Params
+from kvspec.checks.verify.efficiency import PROPERTIES, Memo
+from kvspec.checks.verify.exhaustive import (
     SCOPE_FAILURE,
     SCOPE_MUTANTS,
     SCOPE_SCHEDULES_0_34,
@@ -32,9 +31,32 @@ from .exhaustive import (
     SCOPE_SMALL,
     Scope,
     compute_registry_scope,
+    iterate_geometries,
 )
-from .link import LINK_SCOPE, LINK_SCOPE_BEST, LINK_SCOPE_DRAFT, LINK_SCOPE_SCHEDULES, LinkScope
-from .rulesets import EXHAUSTIVE_FULL, EXHAUSTIVE_VERIFY, PROPERTY_HOLDS, RULE_CHECKS
+from kvspec.checks.verify.link import (
+    LINK_SCOPE,
+    LINK_SCOPE_BEST,
+    LINK_SCOPE_DRAFT,
+    LINK_SCOPE_SCHEDULES,
+    LinkScope,
+    compare,
+    compare_best,
+    compare_failure,
+    compare_schedule,
+)
+from kvspec.checks.verify.mutants import MUTANTS, hunt
+from kvspec.checks.verify.prove import compute_theorems, prove
+from kvspec.spec.invariants import (
+    REGISTRY,
+    compute_failure_violations,
+    compute_keyed_violations,
+    compute_shared,
+    compute_shared_violations,
+    compute_verdict_key,
+)
+from kvspec.spec.limits import compute_longest_prompt
+from kvspec.spec.rules import PR53324, STORE_PR53324, get_rules
+from kvspec.spec.scenario import SPEC_STAGES, evaluate_scenario
 
 Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
 FAST_THEOREMS = ("I-1/2", "I-6", "CONTENT-KEY", "CONTENT-KEY@legacy-hashes", "LEMMA-MAMBA", "I-14", "I-18", "I-20",
@@ -125,13 +147,12 @@ def _pass_part(rows: Any, per_row: list[dict[str, Any]]) -> Part:
 
 @functools.lru_cache(maxsize=1)
 def _theorems() -> dict[str, Any]:
-    from .prove import compute_theorems
     return {t.name: t for t in compute_theorems()}
 
 
 @attrs.frozen(kw_only=True)
 class TheoremCheck(OneRow):
-    """A Z3 theorem of checks/prove.py, proved or refuted as expected; unknown is a failure."""
+    """A Z3 theorem of checks/verify/prove.py, proved or refuted as expected; unknown is a failure."""
 
     id: str
 
@@ -147,7 +168,6 @@ class TheoremCheck(OneRow):
         return (None,)
 
     def run(self, part: Any, fast: bool) -> Part:
-        from .prove import prove
         th = _theorems()[self.id]
         v = prove(th)
         out: Part = {"answer": v.answer, "ok": v.ok, "seconds": v.seconds, "queries": v.queries,
@@ -174,7 +194,6 @@ class TheoremCheck(OneRow):
 
 
 def _registry_ids() -> str:
-    from kvspec.spec.invariants import REGISTRY
     return ", ".join([inv.id for inv in REGISTRY if inv.kind in ("scenario", "maximal")] + ["I-21"])
 
 
@@ -185,8 +204,6 @@ def _judge_registry(sc: Any, stages: Any) -> Any:
     """Return (witness, violated ids, {shared prefix: violated ids}) of one scenario judged by the registry (but the
     invariants reading the shared prefix, filled in per prefix by _finish_registry) and I-21; an evaluation error is a
     violation."""
-    from kvspec.spec.invariants import compute_keyed_violations
-    from kvspec.spec.scenario import evaluate_scenario
     out = evaluate_scenario(sc, stages)
     w, v = compute_keyed_violations(sc, out)
     return w, v + (("error",) if out.error is not None else ()), {}
@@ -195,7 +212,6 @@ def _judge_registry(sc: Any, stages: Any) -> Any:
 def _finish_registry(sc: Any, verdict: Any) -> Found:
     """Return what the registry found in one scenario: its verdict and the invariants reading its shared prefix (judged
     once per prefix of a verdict)."""
-    from kvspec.spec.invariants import compute_shared, compute_shared_violations
     w, v, by_shared = verdict
     shared = compute_shared(sc)
     if shared not in by_shared:
@@ -213,8 +229,6 @@ def _failure_patterns(n: int) -> list[tuple[bool, ...]]:
 def _judge_failures(sc: Any, stages: Any) -> Found:
     """Return a scenario's load results judged by the failure closure, up to the first that violates it (a scenario
     without a hit has none)."""
-    from kvspec.spec.invariants import compute_failure_violations
-    from kvspec.spec.scenario import evaluate_scenario
     out, n = evaluate_scenario(sc), 0
     if out.hit_length <= 0:
         return 0, []
@@ -284,7 +298,6 @@ class ExhaustiveCheck(SharedPass):
         return tuple(range(self.chunks))
 
     def run(self, part: Any, fast: bool) -> Part:
-        from kvspec.spec.invariants import compute_verdict_key
         j, k = JUDGES[self.judge], len(self.rows)
         n, judged, secs = [0] * k, [0] * k, [0.0] * k
         bad: list[list[dict[str, Any]]] = [[] for _ in range(k)]
@@ -349,7 +362,6 @@ class LinkCheck(SharedPass):
         return (None,)
 
     def run(self, part: Any, fast: bool) -> Part:
-        from .link import compare, compare_best, compare_failure, compare_schedule
         k = len(self.rows)
         n, secs = [0] * k, [0.0] * k
         bad: list[list[str]] = [[] for _ in range(k)]
@@ -404,10 +416,6 @@ class LinkHypothesisCheck(OneRow):
         from hypothesis import HealthCheck, given, settings
         from hypothesis import strategies as st
 
-        from kvspec.spec.limits import compute_longest_prompt
-
-        from .closed_form import Params
-        from .link import compare
         t0, seen = time.perf_counter(), {"n": 0}
 
         @st.composite
@@ -448,7 +456,7 @@ class LinkHypothesisCheck(OneRow):
 
 @attrs.frozen(kw_only=True)
 class MutantCheck(OneRow):
-    """A known bug (checks/mutants.py) must be caught: by the registry on a scope, or (closure) on failed loads."""
+    """A known bug (checks/verify/mutants.py) must be caught: by the registry on a scope, or (closure) on failed loads."""
 
     id: str
     mutant: str
@@ -456,14 +464,12 @@ class MutantCheck(OneRow):
     fast: bool = True
 
     def _mutant(self) -> Any:
-        from .mutants import MUTANTS
         return next(m for m in MUTANTS if m.name == self.mutant)
 
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return (None,)
 
     def run(self, part: Any, fast: bool) -> Part:
-        from .mutants import hunt
         m, t0 = self._mutant(), time.perf_counter()
         if m.efficiency:  # a safe store rule that stores less: the efficiency rows under its stages must move
             rows = [row for check in compute_property_checks(mutant=m.name, props=m.efficiency)
@@ -477,7 +483,6 @@ class MutantCheck(OneRow):
             caught = sorted({v for b in r["bad"] for v in b["violated"]})
             return {"caught_by": caught, "tried": r["n"], "seconds": r["seconds"],
                     "counterexample": r["bad"][0]["scenario"] if r["bad"] else None}
-        from .adapters import format_explain_command
         caught_by, sc, n = hunt(m, SCOPE_MUTANTS.iterate())
         return {"caught_by": list(caught_by), "tried": n, "seconds": time.perf_counter() - t0,
                 "counterexample": format_explain_command(sc) if sc is not None else None}
@@ -493,9 +498,6 @@ class MutantCheck(OneRow):
 def _find_efficiency_loss(mutant: str, row_id: str) -> str | None:
     """Return the explain command of the first instance of a property row that holds under the spec and not under the
     mutant's stages (what the mutant loses), over the small scope."""
-    from .adapters import format_explain_command
-    from .exhaustive import iterate_geometries
-    from .mutants import MUTANTS
     prop, rules = row_id.split("/", 1)
     stages = next(m.stages for m in MUTANTS if m.name == mutant)
     for g in iterate_geometries(SCOPE_SMALL.dcps, SCOPE_SMALL.units, SCOPE_SMALL.max_q):
@@ -507,7 +509,7 @@ def _find_efficiency_loss(mutant: str, row_id: str) -> str | None:
 
 @attrs.frozen(kw_only=True)
 class PropertyCheck:
-    """A cache-efficiency property (checks/efficiency.py) over every `sample`-th geometry of a scope, one row per rule
+    """A cache-efficiency property (checks/verify/efficiency.py) over every `sample`-th geometry of a scope, one row per rule
     set: expected to hold, or to be refuted (a finding, printed as a runnable counterexample). A hit above the physical
     best fails the row whatever is expected. The rule sets run in one pass, geometry by geometry, and a scenario whose
     verdict key (spec/invariants.py) equals one already read under another rule set takes its hit."""
@@ -517,7 +519,7 @@ class PropertyCheck:
     sample: int = 1
     scope: Scope = SCOPE_SMALL
     budget_s: float = 5.0
-    mutant: str | None = None  # run under a mutant's stages (checks/mutants.py) instead of the spec's
+    mutant: str | None = None  # run under a mutant's stages (checks/verify/mutants.py) instead of the spec's
 
     @property
     def id(self) -> str:
@@ -537,12 +539,10 @@ class PropertyCheck:
         return tuple(range(CHUNKS))
 
     def run(self, part: Any, fast: bool) -> Part:
-        from .adapters import format_explain_command
         rows: dict[str, dict[str, Any]] = {rules: {"n": 0, "fails": 0, "above": 0, "bad": [], "seconds": 0.0}
                                            for rules, e, _ in self.rows if e == PROPERTY_HOLDS or not fast}
         stages = SPEC_STAGES
         if self.mutant is not None:
-            from .mutants import MUTANTS
             stages = next(m.stages for m in MUTANTS if m.name == self.mutant)
         for g in self.scope.sample(part, CHUNKS, self.sample * (self.scope.fast_every if fast else 1)):
             memo = Memo(stages)  # this geometry's, under every rule set of the pass
@@ -614,8 +614,6 @@ def compute_property_checks(full: bool = False, mutant: str | None = None,
 def compute_manifest(full: bool = False) -> tuple[Check, ...]:
     """Return every check of `make verify`, in table order; `full` (make verify-full): no property row samples its
     scope."""
-    from .mutants import MUTANTS
-    from .prove import compute_theorems
     out: list[Check] = [TheoremCheck(id=t.name) for t in compute_theorems() if full or not t.full_only]
     # a row per rule set whose table row asks for one (checks/rulesets.py: in make verify, or in verify-full only)
     runs = (EXHAUSTIVE_VERIFY, EXHAUSTIVE_FULL) if full else (EXHAUSTIVE_VERIFY,)

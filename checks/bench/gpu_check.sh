@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # make gpu-check, on a lent GPU machine (one run, within 8 minutes; the device tool's command is
-# `bash checks/gpu_check.sh` with carry [".cache/gpu-carry"], staged here first by `make gpu-carry`).
+# `bash checks/bench/gpu_check.sh` with carry [".cache/gpu-carry"], staged here first by `make gpu-carry`).
 # Uses the image's Python 3.12 and CUDA torch; installs only the carried non-CUDA Mooncake wheel (no
 # registry there). Runs the live differential tests on CUDA tensors (NCCL when there is a GPU per rank,
 # otherwise gloo with D processes sharing one GPU; KV staged through pinned host buffers) and the
 # tiny real model's end-to-end test (tests/test_model.py: real DCP attention over NCCL or gloo), the
 # transfer bench, and prints the same totals as the CPU run. Output also goes to $OUT/gpu-check.log.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 START=$(date +%s)
 OUTDIR=${OUT:-/tmp}
 exec > >(tee "$OUTDIR/gpu-check.log") 2>&1

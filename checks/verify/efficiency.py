@@ -29,12 +29,13 @@ from typing import Any, cast
 
 import attrs
 
+from kvspec.checks.verify.exhaustive import compute_lengths, iterate_scenarios
 from kvspec.spec.content import compute_wrong_positions
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, compute_lcm_span
 from kvspec.spec.invariants import compute_plan_violations, compute_verdict_key, compute_violations
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
-from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
+from kvspec.spec.rules import LOOKAHEAD_ALWAYS, RULE_SETS, compute_lookahead, compute_rule_geometry, get_rules
 from kvspec.spec.scenario import (
     RULE_DECODED,
     SPEC_STAGES,
@@ -49,8 +50,6 @@ from kvspec.spec.scenario import (
 from kvspec.spec.schedule import BLOCK_SCHEDULE
 from kvspec.spec.store import Obj, compute_visible
 from kvspec.spec.types import Rank, Tokens
-
-from .exhaustive import compute_lengths, iterate_scenarios
 
 
 @attrs.frozen
@@ -197,7 +196,6 @@ def compute_split_parents(rules: str) -> tuple[str, str]:
     """Return (without a drafter, with one): the rule sets a drafter-scoped rule set must equal — its predecessor, and
     the rule set that differs from it only in applying λ everywhere (and in deferred and decode-phase saves, which
     the scope's writers, none of which decoded, never reach)."""
-    from kvspec.spec.rules import LOOKAHEAD_ALWAYS, RULE_SETS
     rs = get_rules(rules)
     everywhere = [x for x in RULE_SETS.values() if x.lookahead_scope == LOOKAHEAD_ALWAYS and x.name != rs.name
                   and attrs.evolve(rs, name=x.name, predecessor=x.predecessor, engine=x.engine, deltas=x.deltas,

@@ -40,19 +40,28 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import random
 import tempfile
 import threading
+import time
 import types
 from collections.abc import Sequence
+from importlib import metadata
 from typing import Any
 
 import attrs
 
-from kvspec.checks.vllm_oracle import Engine, Refused, load_vllm
-from kvspec.spec.geometry import Geometry
-from kvspec.spec.schedule import Schedule
+from kvspec.checks.conform.adapters import format_explain_command
+from kvspec.checks.conform.vllm_oracle import Engine, Refused, load_vllm
+from kvspec.checks.rulesets import find_oracle_rules
+from kvspec.spec.errors import SpecError
+from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span
+from kvspec.spec.presets import get_preset
+from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
+from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored, evaluate_scenario
+from kvspec.spec.schedule import Schedule, compute_checkpoints
 from kvspec.spec.types import Boundary, GroupId, Rank, Tokens
 
 VOCAB = 50_000
@@ -424,7 +433,6 @@ class LifecycleCase:
                  junctions: tuple[tuple[int, ...], ...] = (), starts: tuple[tuple[int, ...], ...] = ()) -> Any:
         """Return kvspec's scenario of the case under a rule set; with `ends`, each request's observed chunk ends
         and shared-prefix junction (a trace) instead of the schedule's derivation."""
-        from kvspec.spec.scenario import Scenario, StoredRequest
         # a request served whole from the local prefix cache computed only its last token: the chunk (P − 1, P)
         stored = tuple(StoredRequest(prompt=p, shared=s, decoded=self.decode, save_decode_cache=self.save_decode_cache,
                                      schedule=None if ends is None else
@@ -443,7 +451,6 @@ class LifecycleCase:
 
     def command(self, rules: str) -> str:
         """Return the runnable `kvspec explain` command of the case (its schedule flags; a trace: the JSON line)."""
-        from .adapters import format_explain_command
         s = self.schedule
         extra = [f"--chunk-budget {s.budget}"] if s.budget is not None else []
         if s.checkpoint_alignment is not None:
@@ -471,7 +478,6 @@ def draw_lifecycle_case(rng: random.Random) -> LifecycleCase:
     half of them, so vLLM preempts and resumes. One lone request in four decodes 1-4 tokens (with save_decode_cache,
     half of them: up to 3L + b) and the lookup continues its conversation through some of them (half of those
     prompts end on L: what the finish-time save adds)."""
-    from kvspec.spec.geometry import Group, Parallel, compute_lcm_span
     u = rng.choice([16, 32, 64, 128])
     b = u * rng.choice([1, 2, 3, 4, 6, 8, 12])
     eagle = rng.random() < 0.5
@@ -527,10 +533,6 @@ def compute_spec_lifecycle(case: LifecycleCase, rules: str, ends: tuple[tuple[in
                            evicted: frozenset[tuple[int, int, int]] = frozenset()) -> LifecycleAnswer:
     """Return kvspec's answer to a case in the oracle's terms (with `ends`: from the observed chunk ends and
     junctions)."""
-    from kvspec.spec.errors import SpecError
-    from kvspec.spec.rules import compute_lookahead, compute_rule_geometry, get_rules
-    from kvspec.spec.scenario import compute_stored, evaluate_scenario
-    from kvspec.spec.schedule import compute_checkpoints
     try:
         sc = case.scenario(rules, ends, junctions, starts)
         if evicted:
@@ -587,7 +589,6 @@ def compare_answers(case: LifecycleCase, rules: str, theirs: LifecycleAnswer) ->
 
 def iterate_lifecycle_cases(count: int, seed: int) -> list[LifecycleCase]:
     """Return `count` generated cases, then issue 29's measured Kimi-like cases."""
-    from kvspec.spec.presets import get_preset
     rng = random.Random(seed)
     cases = [draw_lifecycle_case(rng) for _ in range(count)]
     kimi = get_preset("kimi-k3-dcp8")
@@ -601,16 +602,12 @@ def iterate_lifecycle_cases(count: int, seed: int) -> list[LifecycleCase]:
 
 def quiet_vllm() -> None:
     """Keep vLLM's configuration warnings (small budgets, tiny max_model_len) out of the report: errors only."""
-    import logging
     logging.getLogger("vllm").setLevel(logging.ERROR)
 
 
 def run_lifecycle_conformance(count: int = 300, seed: int = 0, rules: str | None = None) -> dict[str, Any]:
     """Return the report of kvspec's rule set for the installed release against its real scheduler."""
-    import time
-    from importlib import metadata
 
-    from .rulesets import find_oracle_rules
     version = metadata.version("vllm")
     rules = rules or find_oracle_rules("vllm", version)
     if rules is None:

@@ -9,12 +9,11 @@ import json
 import tempfile
 from typing import Any
 
+from kvspec.checks.conform.adapters import compute_impl_store_rule
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, has_eagle
 from kvspec.spec.rules import TAIL_HIT, compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
-
-from .adapters import compute_impl_store_rule
 
 RULE_MODEL_LIMIT = "limit-model"
 MAX_TOKENS = 4096  # the tiny model scans token by token in Python: beyond this a run takes minutes

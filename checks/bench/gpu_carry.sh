@@ -6,7 +6,7 @@
 # image brings torch (CUDA), attrs, hypothesis, pytest, pytest-timeout and numpy. Prints the carry list
 # and its size (the dry run); exits 1 when it is over the limit.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 CARRY=.cache/gpu-carry
 LIMIT=$((64 << 20))
 mkdir -p "$CARRY"

@@ -2,7 +2,7 @@
 
 Per generated scenario (MLA, DCP 1–8, an optional KDA/Mamba pool on its grid, 1–3 stored requests sharing prefixes
 with the lookup, single-shard evictions, EAGLE bigram keys without Mamba at DCP 1) every rank runs SGLang's code from
-the wheel (checks/sglang_code.py says which, and what the shims are):
+the wheel (checks/conform/sglang_code.py says which, and what the shims are):
 * **store**: each writer's radix nodes are backed up as SGLang's `write_backup_storage` hands them to the controller —
   page hashes by SGLang's `get_storage_hash_str` over its `RadixKey` (bigram where the tree is EAGLE), the Mamba
   transfer by `MambaComponent.build_hicache_transfers(BACKUP_STORAGE)`, the write by
@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import os
 import random
 import time
 import types
@@ -35,14 +36,15 @@ from typing import Any
 
 import attrs
 
+from kvspec.checks.conform.sglang_code import SGLANG_CODE, SHIMS, load_sglang, run_ranks
+from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel
 from kvspec.spec.keys import SglangKey, compute_sglang_page_hashes, render_key_sglang
+from kvspec.spec.presets import get_preset
 from kvspec.spec.rules import SGLANG_0_5_23, compute_lookahead, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
 from kvspec.spec.store import compute_rule_store
 from kvspec.spec.types import Boundary, GroupId, Rank, Tokens
-
-from .sglang_code import SGLANG_CODE, SHIMS, load_sglang, run_ranks
 
 RULES = SGLANG_0_5_23
 MODEL = "kvspec/oracle"
@@ -261,7 +263,7 @@ def run_sglang(code: Any, sc: Scenario, tokens: list[int], writers: list[list[in
 
 class SglangAdapter:
     """SGLang 0.5.23's own code under the adapter protocol (docs/porting.md), for `kvspec conform --adapter
-    kvspec.checks.sglang_oracle:SGLANG --rules sglang-0.5.23`: a port of the kit to a second engine, written from the
+    kvspec.checks.conform.sglang_oracle:SGLANG --rules sglang-0.5.23`: a port of the kit to a second engine, written from the
     porting guide. The request's tokens are 1..n (the protocol is about boundaries; any tokens give equal hashes for
     equal prefixes). Per call, fresh rank stores:
 
@@ -287,10 +289,8 @@ class SglangAdapter:
 
     def _setup(self, g: Geometry, rules: str) -> tuple[Any, int, bool]:
         if get_rules(rules).store != get_rules(RULES).store:
-            from kvspec.spec.errors import SpecError
             raise SpecError("adapter-rules", f"SGLang's own code answers for {RULES} only, not {rules}")
         if self._code is None:
-            import os
             self._code = load_sglang(self.root or os.environ.get("KVSPEC_SGLANG_ROOT") or ".cache/sglang-0.5.23")
         return self._code, g.groups[0].block_size * g.parallel.dcp, compute_lookahead(get_rules(rules), g) > 0
 
@@ -389,7 +389,6 @@ def compute_expected(sc: Scenario, tokens: list[int], writers: list[list[int]]) 
 def iterate_kimi_cases(rng: random.Random) -> Iterator[tuple[Scenario, list[int], list[list[int]]]]:
     """Yield the Kimi-like worked cases (preset kimi-k3-sglang-dcp8: MLA pages of 1024 at DCP 8, KDA on a 4096 grid):
     a resend, a longer lookup sharing 20,000 tokens, two writers, and a page lost on one rank."""
-    from kvspec.spec.presets import get_preset
     g = get_preset("kimi-k3-sglang-dcp8")
     base = [rng.randrange(1, 1 << 17) for _ in range(40000)]
 
@@ -492,7 +491,7 @@ def format_report(rep: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the oracle comparison and print the report; exit 1 on a disagreement."""
-    p = argparse.ArgumentParser(prog="python -m kvspec.checks.sglang_oracle")
+    p = argparse.ArgumentParser(prog="python -m kvspec.checks.conform.sglang_oracle")
     p.add_argument("--root", required=True, help="the unpacked sglang==0.5.23 wheel")
     p.add_argument("--count", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)

@@ -13,19 +13,30 @@ measured in the same run.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import random
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import attrs
 
+from kvspec.checks.bench.load import run_load
+from kvspec.checks.calibration import measure_calibration
+from kvspec.checks.conform.adapters import compute_impl_store_rule
+from kvspec.checks.output import write_output_file
+from kvspec.checks.rulesets import list_rules
+from kvspec.spec.errors import SpecError
+from kvspec.spec.geometry import Parallel, compute_lcm_span, compute_rank_fields, compute_ranks, make_geometry
+from kvspec.spec.keys import StoreKey, render_key
 from kvspec.spec.presets import get_preset
-from kvspec.spec.rules import VLLM_0_33, VLLM_0_34, compute_lookahead, get_rules
+from kvspec.spec.rules import VLLM_0_33, VLLM_0_34, compute_lookahead, compute_rule_geometry, get_rules
 from kvspec.spec.scenario import Scenario, StoredRequest, evaluate_scenario
-
-from .adapters import compute_impl_store_rule
-from .rulesets import list_rules
+from kvspec.spec.schedule import Schedule, compute_checkpoints
 
 MEASURED = list_rules("bench")  # the rule sets the bench compares (checks/rulesets.py)
 
@@ -82,7 +93,6 @@ class _ProbeClient:
         import numpy as np
 
         from kvspec.impl.mooncake_store import MooncakeKV
-        from kvspec.spec.geometry import compute_rank_fields, compute_ranks
         self.kv = MooncakeKV(master, segment_bytes=64 << 20)
         self.g = geometry
         self.fields = [compute_rank_fields(geometry, r) for r in compute_ranks(geometry)]
@@ -91,7 +101,6 @@ class _ProbeClient:
         self.seconds = 0.0
 
     def keys(self, tag: str, objs: list[tuple[int, int]]) -> list[str]:
-        from kvspec.spec.keys import StoreKey, render_key
         return [render_key(StoreKey(model="kvspec-bench", tp_rank=f.tp_rank, pcp_rank=f.pcp_rank, dcp_rank=f.dcp_rank,
                                     pp_rank=f.pp_rank, group=g, hash_hex=_bench_hash(tag, t)))
                 for g, t in objs for f in self.fields]
@@ -128,14 +137,12 @@ class _ProbeClient:
 
 def _bench_hash(tag: str, boundary: int) -> str:
     """Return a stand-in for H_t of the bench request `tag` (distinct per request and boundary)."""
-    import hashlib
     return hashlib.sha256(f"{tag}/{boundary}".encode()).hexdigest()
 
 
 def bench_lookup_master(sizes: tuple[int, ...] = (131_072, 1_048_576, 4_194_304),
                         rule_sets: tuple[str, ...] = (VLLM_0_34, VLLM_0_33)) -> list[dict[str, Any]]:
     """Return bench_lookup's rows measured on a real mooncake_master started on 127.0.0.1 (stopped by PID after)."""
-    import tempfile
 
     from kvspec.impl.cluster import running_master
     with tempfile.TemporaryDirectory(prefix="kvspec-lbench-") as wd, running_master(wd) as m:
@@ -150,7 +157,6 @@ def bench_deadline(dcps: tuple[int, ...] = (1, 8), sizes: tuple[int, ...] = DEAD
                    rules: str = VLLM_0_34) -> list[dict[str, Any]]:
     """Return, per D and prompt length (Kimi-K3's groups at that D, an identical resend), the master time of vLLM's
     lookup call pattern and of the implementation's, each against vLLM 0.34.0's 1 s lookup deadline (hit 0 past it)."""
-    import tempfile
 
     from kvspec.impl.cluster import running_master
     rows = []
@@ -230,11 +236,9 @@ def bench_transfer(dcp: int = 2, tokens: int = 16_384, repeats: int = 3, layout:
     block sizes at DCP D; per-token bytes from the layer layout. Per iteration the step time is the slowest
     rank's; GiB/s = bytes over all ranks / step time; ratio = raw time / ours time (>= 0.9 is the target).
     """
-    import tempfile
 
     from kvspec.impl.cluster import run_ranks, running_master
     from kvspec.impl.job import Job, TransferPlan
-    from kvspec.spec.geometry import Parallel
 
     lay = layout or LayerLayout()
     g = attrs.evolve(get_preset("kimi-k3-dcp8"), parallel=Parallel(dcp=dcp))
@@ -274,14 +278,12 @@ EFFICIENCY_GEOMETRIES = ("kimi-k3-dcp8", "small-dcp2")
 
 
 def _efficiency_geometry(name: str) -> Any:
-    from kvspec.spec.geometry import make_geometry
     return get_preset(name) if name == "kimi-k3-dcp8" else make_geometry(4, [("attention", 16, True),
                                                                              ("mamba", 16, False)], dcp=2)
 
 
 def compute_resend_series(name: str, retention: str, rules: str, step: int) -> list[tuple[int, int]]:
     """Return (P, h) of identical resends over one sweep: P = L+1 … 2L−2 in steps of `step` (the hit against P)."""
-    from kvspec.spec.geometry import compute_lcm_span
     g = attrs.evolve(_efficiency_geometry(name), retention=retention)
     lcm = compute_lcm_span(g)
     return [(p, int(evaluate_scenario(Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
@@ -336,9 +338,6 @@ def bench_shared_prompt(rule_sets: tuple[str, ...] = (VLLM_0_33, VLLM_0_34)) -> 
     shares only the system prompt with a stored one (each sys + USER_TURN tokens), per chunk budget of the stored
     prefill, and under kvspec's proposal (budget 32768, a chunk also ending at every multiple of L) with the
     scheduler steps it costs (chunks of the stored prefill)."""
-    from kvspec.spec.geometry import compute_lcm_span
-    from kvspec.spec.rules import compute_rule_geometry
-    from kvspec.spec.schedule import Schedule, compute_checkpoints
     g0 = get_preset("kimi-k3-dcp8")
     lcm = compute_lcm_span(g0)
     rows = []
@@ -368,7 +367,6 @@ def iterate_conversations(count: int, turns: int, seed: int, scale: int) -> list
     Message and answer lengths are drawn from a fixed seed (messages 1–8 scale units, answers 1–4), so the
     trace is the same on every run.
     """
-    import random
     rng = random.Random(seed)
     out = []
     for _ in range(count):
@@ -389,7 +387,6 @@ def bench_conversations(rule_sets: tuple[str, ...] = MEASURED, count: int = 12, 
     it. Reusable tokens of a turn: compute_reusable (its shared prefix in whole units below N), the same for
     every rule set; a turn's hit counts against that.
     """
-    from kvspec.spec.geometry import compute_lcm_span
     rows = []
     for name in EFFICIENCY_GEOMETRIES:
         for retention in ("replay", "dense"):
@@ -446,10 +443,7 @@ def render_plot(path: str, rule_sets: tuple[str, ...] = MEASURED, step: int = 7)
         ax.set_ylim(-0.05, 1.05)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    import io
-    from pathlib import Path
 
-    from .output import write_output_file
     buf = io.BytesIO()
     fig.savefig(buf, format=Path(path).suffix[1:].lower() or "png")
     plt.close(fig)
@@ -506,7 +500,6 @@ def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool =
               dcps: tuple[int, ...] | None = None, tokens: int | None = None, efficiency_only: bool = False,
               plot: str | None = None, deadline_only: bool = False) -> int:
     """Run the benches, print the summary (or the JSON object) with this machine's calibration; return 0."""
-    from .calibration import measure_calibration
     out: dict[str, Any] = {"calibration": measure_calibration()}
     if deadline_only:
         out["deadline"] = bench_deadline()
@@ -520,7 +513,6 @@ def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool =
         try:
             render_plot(plot, step=49 if quick else 7)
         except (OSError, ValueError) as exc:
-            from kvspec.spec.errors import SpecError
             raise SpecError("output-file", f"cannot write the plot {plot}: {exc}") from None
         out["plot"] = plot
     if efficiency_only:
@@ -532,7 +524,6 @@ def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool =
         out["lookup"] = bench_lookup_master((131_072, 1_048_576) if quick else (131_072, 1_048_576, 4_194_304))
         out["deadline"] = bench_deadline(sizes=DEADLINE_SIZES[:4] if quick else DEADLINE_SIZES)
     if not transfer_only:
-        from .load import run_load
         out["load"] = [run_load(dcp=d, streams=16, seconds=15 if quick else 30) for d in (2, 4)]
     out["memcpy_gib_s"] = measure_memcpy_gib_s()
     out["transfer"] = [bench_transfer(dcp=d, tokens=tokens or (16_384 if quick else 32_768),

@@ -31,7 +31,7 @@ def limit_cpu(what: str, seconds: float | None = None) -> Iterator[None]:
         yield
         return
 
-    message = (f"{what} used more than {seconds} s of CPU time, the budget of one answer (checks/budget.py): a smaller "
+    message = (f"{what} used more than {seconds} s of CPU time, the budget of one answer (checks/cli/budget.py): a smaller "
                f"scenario, or one past the explicit limit (answered on runs), is answered")
     fired: list[bool] = []
 

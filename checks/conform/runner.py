@@ -11,10 +11,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
+from importlib import metadata
+from types import SimpleNamespace
 from typing import Any
 
 import attrs
 
+from kvspec.checks.conform.adapters import format_explain_command
+from kvspec.checks.conform.vllm_oracle import MODEL, Engine, Refused, compute_answer, load_vllm, scenario_tokens
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_spans
 from kvspec.spec.keys import GRAMMAR_VLLM, KEY_GRAMMARS, compute_lookahead_chain
@@ -124,13 +128,11 @@ def iterate_cases(count: int, seed: int, rules: str = RULES) -> Iterator[Case]:
 
 def format_command(sc: Scenario) -> str:
     """Return a runnable `kvspec explain` command for a scenario (every stored request and eviction)."""
-    from .adapters import format_explain_command
     return format_explain_command(sc)
 
 
 def compare_case(case: Case, v: Any) -> dict[str, bool]:
     """Return per-field agreement of the spec and vLLM on one case (only `refusal` when either refuses)."""
-    from .vllm_oracle import Engine, Refused, compute_answer
     if case.scenario is None:
         args = case.geometry_args
         g_args = dict(unit=args["unit"], dcp=args["dcp"], groups=args["groups"])
@@ -150,7 +152,6 @@ def compare_case(case: Case, v: Any) -> dict[str, bool]:
     lam = compute_lookahead(rs, g)  # the spec's λ: the keys below are hashed as the spec says they are
     for r in sc.stored:
         spec_stored |= compute_visible(compute_rule_store(rs, g, Tokens(r.prompt)), Tokens(r.shared), lam)
-    from .vllm_oracle import MODEL, scenario_tokens
     tokens, _ = scenario_tokens(sc)
     chain = compute_lookahead_chain(tokens, g.unit, lam)
     render = KEY_GRAMMARS[GRAMMAR_VLLM]
@@ -162,7 +163,6 @@ def compare_case(case: Case, v: Any) -> dict[str, bool]:
 
 def _unchecked_geometry(args: dict[str, Any]) -> Any:
     """Return a duck-typed geometry for the oracle when kvspec's own validation refused the values."""
-    from types import SimpleNamespace
     groups = tuple(SimpleNamespace(kind=k, block_size=b, eagle=e) for k, b, e in args["groups"])
     return SimpleNamespace(unit=args["unit"], groups=groups, parallel=SimpleNamespace(dcp=args["dcp"], pcp=1),
                            retention="replay")
@@ -171,7 +171,6 @@ def _unchecked_geometry(args: dict[str, Any]) -> Any:
 def run_conformance(count: int = 2000, seed: int = 0, rules: str = RULES) -> dict[str, Any]:
     """Return the conformance report of a rule set against vLLM 0.33.0's code: cases, per-field agreement
     counts, the first disagreements."""
-    from .vllm_oracle import load_vllm
     v = load_vllm()
     t0 = time.perf_counter()
     agree = dict.fromkeys(FIELDS, 0)
@@ -193,7 +192,6 @@ def run_conformance(count: int = 2000, seed: int = 0, rules: str = RULES) -> dic
             bad.append({"fields": [f for f, ok in res.items() if not ok],
                         "case": None if case.scenario else case.geometry_args,
                         "command": format_command(case.scenario) if case.scenario else None})
-    from importlib import metadata
     return {"rules": rules, "vllm": metadata.version("vllm"), "seed": seed, "cases": n, "compared": compared,
             "agree": agree,
             "kinds": kinds, "disagreements": bad, "ok": all(agree[f] == compared[f] for f in FIELDS),
