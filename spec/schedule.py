@@ -191,6 +191,10 @@ def compute_checkpoints(schedule: Schedule, geometry: Geometry, prompt: Tokens, 
         raise SpecError(RULE_UNSCHEDULABLE,
                         f"with chunked prefill off a prompt of {prompt} tokens never fits max_num_batched_tokens "
                         f"{schedule.budget} (vLLM leaves it waiting): raise the budget or turn chunked prefill on")
+    cap = min(schedule.budget, schedule.long_prefill_threshold or schedule.budget)  # no chunk holds more tokens
+    if prompt // max(cap, 1) > MAX_CHUNK_ENDS:  # at least ⌈P/cap⌉ chunks: refused before any is cut
+        raise SpecError(RULE_LIMIT_CHUNKS, f"a budget of {cap} tokens a step cuts a prompt of {prompt} tokens into more "
+                                           f"than {MAX_CHUNK_ENDS} chunks (spec/limits.py): use a larger budget")
     ends: list[Tokens] = []
     internals: list[Tokens] = []
     done = Tokens(0)

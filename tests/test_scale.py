@@ -9,6 +9,7 @@ rows run the same cross-check over the registry scope.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from hypothesis import given
@@ -96,6 +97,17 @@ def test_compact_limits_are_named():
     assert exc.value.rule == RULE_LIMIT_EVICTED
     with pytest.raises(SpecError) as exc:
         Scenario(geometry=g, prompt=10**7, stored=big, schedule=Schedule(budget=16))
+    assert exc.value.rule == RULE_LIMIT_CHUNKS
+    # a schedule that needs at least P / min(budget, threshold) chunks is refused before one is cut (the held-out fuzz:
+    # such refusals took 0.5-0.7 s of CPU cutting 32,768 chunks first); one that needs fewer is cut and counted
+    for sched in (Schedule(budget=8192, long_prefill_threshold=3), Schedule(budget=1)):
+        t0 = time.process_time()
+        with pytest.raises(SpecError) as exc:
+            Scenario(geometry=g, prompt=10**7, stored=big, schedule=sched)
+        assert exc.value.rule == RULE_LIMIT_CHUNKS and time.process_time() - t0 < 0.1
+    with pytest.raises(SpecError) as exc:  # 64 tokens a step, but a stop every 2 tokens: counted as they are cut
+        Scenario(geometry=g, prompt=10**6, stored=(StoredRequest(prompt=10**6, shared=10**6),),
+                 schedule=Schedule(budget=64, stop_every=2))
     assert exc.value.rule == RULE_LIMIT_CHUNKS
 
 
