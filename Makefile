@@ -25,7 +25,7 @@ UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-platform x86_64-man
 CPU_TORCH_SOURCE = $(if $(wildcard /opt/wheels),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu \
                    --index-strategy unsafe-best-match)
 
-.PHONY: sglang-src gpu-carry all venv venv-gpu vllm-venv verify verify-full test test-main test-unit test-live test-vllm soak test-fast conform bench gpu-check lint lock vectors vectors-check clean
+.PHONY: sglang-src gpu-carry all venv venv-gpu vllm-venv verify verify-full test test-main test-unit test-live test-vllm soak test-fast conform bench fuzz gpu-check lint lock vectors vectors-check clean
 
 all: verify test
 
@@ -131,6 +131,13 @@ conform: $(VSTAMP) $(VSTAMP34) $(SGSRC)/.ready
 
 test-fast: $(STAMP)
 	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -x -m "not live and not slow and not vllm and not soak" tests
+
+# The held-out fuzz of `kvspec explain` (not part of make test): well-formed deployments inside issue 30's bounds;
+# exit 1 with corpus lines for tests/data/cli_regressions.txt when an answer breaks the contract. A new seed each time.
+FUZZ_SEED ?= 7
+FUZZ_COUNT ?= 3000
+fuzz: $(STAMP)
+	$(BIN)/python tools/fuzz_explain.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT) $(FUZZ_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m kvspec.checks bench --json
