@@ -131,8 +131,8 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
     raise TimeoutError
 
 
-def run_one(argv: list[str]) -> tuple[list[str], int | str, str, float, float]:
-    """Return (argv, exit code or 'hang'/'exception', first stderr line, CPU s, wall s) of one in-process run."""
+def run_one(argv: list[str]) -> tuple[int | str, str, float, float]:
+    """Return (exit code or 'hang'/'exception', first stderr line, CPU s, wall s) of one in-process run."""
     out, err = io.StringIO(), io.StringIO()
     c0, w0 = time.process_time(), time.monotonic()
     signal.signal(signal.SIGALRM, _alarm)
@@ -153,7 +153,7 @@ def run_one(argv: list[str]) -> tuple[list[str], int | str, str, float, float]:
     text = err.getvalue().strip()
     if rc == 2 and (len(text.splitlines()) != 1 or not ERROR.match(text)):
         rc = "bad-error"
-    return argv, rc, text.splitlines()[0] if text else "", time.process_time() - c0, time.monotonic() - w0
+    return rc, text.splitlines()[0] if text else "", time.process_time() - c0, time.monotonic() - w0
 
 
 def _hog(stop: float) -> None:
@@ -195,7 +195,7 @@ def main_fuzz() -> int:
     wall_all: list[float] = []
     try:
         for i, argv in enumerate(argvs):
-            _, rc, line, cpu, wall = run_one(argv)
+            rc, line, cpu, wall = run_one(argv)
             cpu_all.append(cpu)
             wall_all.append(wall)
             m = ERROR.match(line)

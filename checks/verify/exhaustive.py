@@ -137,12 +137,6 @@ class Scope:
         return iterate_all(self.limit_units, self.evict, stride, offset, self.dcps, self.rules, self.units, self.max_q,
                            self.schedules)
 
-    def geometries(self, stride: int = 1, offset: int = 0) -> Iterator[Geometry]:
-        """Yield the scope's geometries offset, offset+stride, ..."""
-        for k, g in enumerate(iterate_geometries(self.dcps, self.units, self.max_q)):
-            if k % stride == offset:
-                yield g
-
     def sample(self, part: int, parts: int, every: int = 1) -> Iterator[Geometry]:
         """Yield the part-th of each `parts` consecutive geometries of the sample that keeps one in `every` (geometries
         0, every, 2·every, … dealt to the parts in turn): the geometries one of a check's parallel parts visits."""
