@@ -29,7 +29,7 @@ from .failure import compute_loaded_prefix
 from .geometry import Geometry, compute_alignment, compute_group_ids, compute_span
 from .lookup import ObjSet, compute_best_hit, compute_group_present, compute_lookup, compute_tail_block
 from .ops import IntOps
-from .rules import compute_lookahead, compute_rule_geometry, get_rules
+from .rules import compute_lookahead, compute_rule_geometry
 from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_scenario_present
 from .types import GroupId, Tokens
 
@@ -79,7 +79,7 @@ def compute_witness(scenario: Scenario, outcome: Outcome) -> Witness:
                                tail=tails.get(GroupId(gid), MISSING), tail_key=last_key.get(GroupId(gid), MISSING),
                                has=mine.__contains__))
     a = compute_alignment(g)
-    rules = get_rules(scenario.rules)
+    rules = scenario.rules
     best = compute_best_hit(compute_rule_geometry(rules, g), truth, Tokens(scenario.prompt),
                             compute_lookahead(rules, g))
     return Witness(unit=g.unit, alignment=a, prompt=scenario.prompt, shared=compute_shared(scenario),
@@ -388,7 +388,7 @@ def compute_verdict_key(scenario: Scenario) -> tuple[Any, ...]:
     # all that evaluate_scenario (the spec's own stages), compute_keyed_violations and compute_failure_violations read
     # of a scenario: scenarios with equal keys get equal verdicts (tests/test_spec_invariants.py); the shared prefix
     # is not in it, the invariants that read it (reads_shared) are judged per scenario
-    rules = get_rules(scenario.rules)
+    rules = scenario.rules
     return (scenario.geometry, compute_rule_geometry(rules, scenario.geometry), rules.tail_key,
             compute_lookahead(rules, scenario.geometry),
             compute_scenario_present(scenario), scenario.prompt)
@@ -413,7 +413,7 @@ def compute_plan_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, 
 def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...],
                             stages: Stages = SPEC_STAGES) -> FailureWitness:
     """Return the failure witness of a load whose per-block results are `ok` (closure rules from `stages`)."""
-    rules = get_rules(scenario.rules)
+    rules = scenario.rules
     g, h, present = compute_rule_geometry(rules, scenario.geometry), outcome.hit_length, outcome.present
     safe = stages.safe(g, present, h, outcome.load, ok)
     mambas = compute_group_ids(g, "mamba")

@@ -81,6 +81,10 @@ class RuleSet:
     deferred_saves: bool = False  # λ > 0: boundaries whose hash waits for outputs are stored once those exist
     decode_states: bool = False  # save_decode_cache also stores decode-phase Mamba states (retention 0 becomes L)
 
+    def __str__(self) -> str:
+        """Return the rule set's name (how messages and command lines name it)."""
+        return self.name
+
 
 RULE_SETS: dict[str, RuleSet] = {
     LEGACY: RuleSet(
@@ -214,6 +218,16 @@ def get_rules(name: str) -> RuleSet:
     if not isinstance(name, str) or name not in RULE_SETS:
         raise SpecError(RULE_RULES, f"unknown rule set {name!r} (known: {', '.join(RULE_SETS)})")
     return RULE_SETS[name]
+
+
+def to_rules(rules: RuleSet | str) -> RuleSet:
+    """Return the rule set itself, else the named one (get_rules): a value's field may be given by name."""
+    return rules if isinstance(rules, RuleSet) else get_rules(rules)
+
+
+def to_optional_rules(rules: RuleSet | str | None) -> RuleSet | None:
+    """Return None for None, else to_rules(rules)."""
+    return None if rules is None else to_rules(rules)
 
 
 def compute_lookahead(rules: RuleSet, geometry: Geometry) -> int:

@@ -46,6 +46,7 @@ from .plan import LoadEntry, LoadRun, plan_load, plan_load_runs
 from .rules import (
     DEFAULT_RULES,
     LEGACY_SWITCH_RULES,
+    RULE_SETS,
     STORE_SGLANG,
     STORE_VLLM_0_33,
     RuleSet,
@@ -53,6 +54,8 @@ from .rules import (
     compute_lookahead,
     compute_rule_geometry,
     get_rules,
+    to_optional_rules,
+    to_rules,
 )
 from .schedule import BLOCK_SCHEDULE, RULE_SCHEDULE, Schedule, compute_checkpoints
 from .store import (
@@ -98,7 +101,7 @@ class StoredRequest:
     prompt: int
     shared: int
     schedule: Schedule | None = None
-    rules: str | None = None
+    rules: RuleSet | None = attrs.field(default=None, converter=to_optional_rules)
     decoded: int = 0
     save_decode_cache: bool = False  # its connector saved the decode phase too (vLLM's save_decode_cache)
 
@@ -117,12 +120,12 @@ class Scenario:
     stored: tuple[StoredRequest, ...] = ()
     objects: frozenset[Obj] | None = None  # explicit present objects instead of stored requests
     evicted: frozenset[RankObj] = frozenset()
-    rules: str = DEFAULT_RULES
+    rules: RuleSet = attrs.field(default=RULE_SETS[DEFAULT_RULES], converter=to_rules)  # a name is read as its rule set
     schedule: Schedule = BLOCK_SCHEDULE  # how the stored requests' prefills were scheduled (spec/schedule.py)
 
     def __attrs_post_init__(self) -> None:
         check_count(_int(self.prompt, "prompt", 1), MAX_PROMPT, RULE_LIMIT_PROMPT, "prompt")
-        rules = get_rules(self.rules)
+        rules = self.rules
         check_config(rules, self.geometry)
         for sched in {self.schedule, *(r.schedule for r in self.stored if r.schedule is not None)} - {BLOCK_SCHEDULE}:
             require(isinstance(sched, Schedule), RULE_SCHEDULE, "schedule must be a Schedule")
@@ -134,18 +137,18 @@ class Scenario:
         for r in self.stored:
             if r.rules is not None:  # a writer of a mixed fleet: its rule set must admit the geometry too
                 require(self.objects is None, RULE_SCENARIO, "a writer's rule set applies to stored requests")
-                check_config(get_rules(r.rules), self.geometry)
-                require((r.schedule or self.schedule) == BLOCK_SCHEDULE or get_rules(r.rules).store == STORE_VLLM_0_33,
-                        RULE_SCHEDULE, f"a chunk budget applies to a vLLM writer, not to {r.rules}")
+                check_config(r.rules, self.geometry)
+                require((r.schedule or self.schedule) == BLOCK_SCHEDULE or r.rules.store == STORE_VLLM_0_33,
+                        RULE_SCHEDULE, f"a chunk budget applies to a vLLM writer, not to {r.rules.name}")
             check_count(_int(r.prompt, "stored prompt", 0), MAX_PROMPT, RULE_LIMIT_PROMPT, "stored prompt")
             _int(r.shared, "shared", 0)
             check_count(_int(r.decoded, "decoded", 0), MAX_PROMPT, RULE_LIMIT_PROMPT, "decoded tokens")
-            require(not r.decoded or get_rules(r.rules or self.rules).store != STORE_SGLANG, RULE_DECODED,
+            require(not r.decoded or (r.rules or self.rules).store != STORE_SGLANG, RULE_DECODED,
                     "SGLang inserts a finished request's outputs into its radix tree too (cache_finished_req); kvspec "
                     "states an SGLang writer's prompt only: give decoded 0 under an SGLang rule set")
-            require(not r.save_decode_cache or get_rules(r.rules or self.rules).store == STORE_VLLM_0_33, RULE_DECODED,
+            require(not r.save_decode_cache or (r.rules or self.rules).store == STORE_VLLM_0_33, RULE_DECODED,
                     f"save_decode_cache is a vLLM connector option: the writer's rule set "
-                    f"{r.rules or self.rules} states no decode-phase saves")
+                    f"{(r.rules or self.rules).name} states no decode-phase saves")
             if r.shared > min(r.prompt + r.decoded, self.prompt):
                 raise SpecError(RULE_SCENARIO, f"shared {r.shared} exceeds min(stored prompt {r.prompt}"
                                                f"{f' + decoded {r.decoded}' if r.decoded else ''}, prompt {self.prompt})")
@@ -242,15 +245,15 @@ def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES, compact: bo
     return _compute_stored_of(scenario.geometry, scenario.rules, scenario.stored, stages, scenario.schedule)
 
 
-def compute_writer_lookahead(g: Geometry, reader: str, request: StoredRequest) -> int | None:
+def compute_writer_lookahead(g: Geometry, reader: RuleSet, request: StoredRequest) -> int | None:
     """Return the λ the request's writer hashed with, or None when it is not the reader's: a key H'_t (λ > 0) names
     [0, t + λ) and H_t names [0, t), so two engines hashing with different λ name no common key — vLLM's key carries
     no λ marker, and a mixed fleet's objects are each other's misses (never each other's bytes)."""
-    lw = compute_lookahead(get_rules(request.rules or reader), g)
-    return lw if lw == compute_lookahead(get_rules(reader), g) else None
+    lw = compute_lookahead(request.rules or reader, g)
+    return lw if lw == compute_lookahead(reader, g) else None
 
 
-def compute_request_visible(g: Geometry, reader: str, request: StoredRequest, stages: Stages = SPEC_STAGES,
+def compute_request_visible(g: Geometry, reader: RuleSet, request: StoredRequest, stages: Stages = SPEC_STAGES,
                             schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
     """Return the objects one stored request shows the reader: its writer's store rule (the request's rule set, else
     the reader's) at P, through the shared prefix S at the writer's λ; none when the λ differ
@@ -258,7 +261,7 @@ def compute_request_visible(g: Geometry, reader: str, request: StoredRequest, st
     lw = compute_writer_lookahead(g, reader, request)
     if lw is None:
         return frozenset()
-    writer = get_rules(request.rules or reader)
+    writer = request.rules or reader
     objects = stages.store(writer, g, Tokens(request.prompt), request.schedule or schedule)
     if has_outputs(request):  # what its outputs let it store (store.compute_rule_deferred)
         objects = objects | compute_rule_deferred(writer, g, Tokens(request.prompt), Tokens(request.decoded),
@@ -266,14 +269,14 @@ def compute_request_visible(g: Geometry, reader: str, request: StoredRequest, st
     return compute_visible(objects, Tokens(request.shared), lw)
 
 
-def _compute_stored_compact(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
+def _compute_stored_compact(g: Geometry, reader: RuleSet, stored: tuple[StoredRequest, ...],
                             schedule: Schedule) -> Objects:
     """Return compute_stored's objects as runs and points (compute_request_visible's rule on runs)."""
     parts = []
     for r in stored:
-        lw = compute_writer_lookahead(g, rules_name, r)
+        lw = compute_writer_lookahead(g, reader, r)
         if lw is not None:
-            writer = get_rules(r.rules or rules_name)
+            writer = r.rules or reader
             mine = compute_rule_objects(writer, g, Tokens(r.prompt), r.schedule or schedule)
             if has_outputs(r):
                 mine = compute_objects_union((mine, compute_rule_deferred_objects(
@@ -283,9 +286,9 @@ def _compute_stored_compact(g: Geometry, rules_name: str, stored: tuple[StoredRe
 
 
 @functools.lru_cache(maxsize=1024)  # one set per stored setup: the lookups of every N and eviction share it
-def _compute_stored_of(g: Geometry, rules_name: str, stored: tuple[StoredRequest, ...],
+def _compute_stored_of(g: Geometry, reader: RuleSet, stored: tuple[StoredRequest, ...],
                        stages: Stages, schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
-    sets = [compute_request_visible(g, rules_name, r, stages, schedule) for r in stored]
+    sets = [compute_request_visible(g, reader, r, stages, schedule) for r in stored]
     return sets[0] if len(sets) == 1 else frozenset().union(*sets)
 
 
@@ -301,7 +304,7 @@ def compute_scenario_present(scenario: Scenario, stages: Stages = SPEC_STAGES, c
 
 @functools.lru_cache(maxsize=256)  # the verdict key, the evaluation and the witness all read it
 def _compute_scenario_present(scenario: Scenario, stages: Stages, compact: bool | None) -> ObjSet:
-    g = compute_rule_geometry(get_rules(scenario.rules), scenario.geometry)
+    g = compute_rule_geometry(scenario.rules, scenario.geometry)
     stored = compute_stored(scenario, stages, compact)
     if isinstance(stored, Objects):
         return compute_present_after_objects(g, stored, scenario.evicted)
@@ -317,7 +320,7 @@ def _compute_present_of(g: Geometry, stored: frozenset[Obj], evicted: frozenset[
 def compute_scenario_lookup(scenario: Scenario, stages: Stages = SPEC_STAGES,
                             compact: bool | None = None) -> tuple[Geometry, ObjSet, LookupResult]:
     """Return (the rule set's geometry, E after evictions, the lookup of N) of a scenario."""
-    rules = get_rules(scenario.rules)
+    rules = scenario.rules
     g = compute_rule_geometry(rules, scenario.geometry)
     present = compute_scenario_present(scenario, stages, compact)
     return g, present, stages.lookup(g, present, Tokens(scenario.prompt),
@@ -332,7 +335,7 @@ def compute_hit(scenario: Scenario) -> Tokens:
 def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES, compact: bool | None = None) -> Outcome:
     """Return the outcome of a scenario; a violated rule during lookup is reported, not raised. `compact`: E as runs
     and points and the plan as runs (default: past the explicit limit, is_compact); the cross-check forces it."""
-    rules, n = get_rules(scenario.rules), Tokens(scenario.prompt)
+    rules, n = scenario.rules, Tokens(scenario.prompt)
     g, present, look = compute_scenario_lookup(scenario, stages, compact)
     try:
         tails = stages.tails(g, present, n, look.hit_length, rules.tail_key,
@@ -370,7 +373,7 @@ def encode_outcome(scenario: Scenario, outcome: Outcome, explicit: bool = False)
     if outcome.load_runs is not None and isinstance(outcome.present, Objects) and not explicit:
         return {
             "version": RESULT_VERSION, "form": "compact", "input": encode_scenario(scenario),
-            "geometry": encode_geometry(scenario.geometry), "rules": scenario.rules, "prompt": scenario.prompt,
+            "geometry": encode_geometry(scenario.geometry), "rules": scenario.rules.name, "prompt": scenario.prompt,
             "stored": encode_stored_runs(outcome.present),
             "hit_length": outcome.hit_length,
             "tail_boundaries": [{"group": gid, "boundary": t} for gid, t in outcome.tails],
@@ -383,7 +386,7 @@ def encode_outcome(scenario: Scenario, outcome: Outcome, explicit: bool = False)
         "version": RESULT_VERSION,
         "input": encode_scenario(scenario),
         "geometry": encode_geometry(scenario.geometry),
-        "rules": scenario.rules,
+        "rules": scenario.rules.name,
         "prompt": scenario.prompt,
         "stored": [{"group": gid, "boundary": t} for gid, t in sorted(outcome.present)],
         "hit_length": outcome.hit_length,
@@ -428,14 +431,14 @@ def decode_schedule(raw: object) -> Schedule:
 
 def encode_scenario(scenario: Scenario) -> dict[str, Any]:
     """Return the JSON object of a scenario (the input format of --scenarios and of the vectors); decodes back equal."""
-    out: dict[str, Any] = {**encode_geometry_input(scenario.geometry), "rules": scenario.rules,
+    out: dict[str, Any] = {**encode_geometry_input(scenario.geometry), "rules": scenario.rules.name,
                            "prompt": scenario.prompt}
     if scenario.objects is not None:
         out["stored"] = [{"group": gid, "boundary": t} for gid, t in sorted(scenario.objects)]
     else:
         out["requests"] = [{"prompt": r.prompt, "shared": r.shared,
                             **({"schedule": encode_schedule(r.schedule)} if r.schedule is not None else {}),
-                            **({"rules": r.rules} if r.rules is not None else {}),
+                            **({"rules": r.rules.name} if r.rules is not None else {}),
                             **({"decoded": r.decoded} if r.decoded else {}),
                             **({"save_decode_cache": True} if r.save_decode_cache else {})}
                            for r in scenario.stored]
@@ -462,7 +465,7 @@ def decode_requests(raw: object) -> tuple[StoredRequest, ...]:
         out.append(StoredRequest(prompt=_int(item["prompt"], "request prompt", 0),
                                  shared=_int(item["shared"], "request shared", 0),
                                  schedule=decode_schedule(item["schedule"]) if "schedule" in item else None,
-                                 rules=get_rules(writer).name if writer is not None else None,
+                                 rules=get_rules(writer) if writer is not None else None,
                                  decoded=_int(item.get("decoded", 0), "request decoded", 0),
                                  save_decode_cache=_bool(item.get("save_decode_cache", False), "save_decode_cache")))
     return tuple(out)
@@ -514,7 +517,7 @@ def decode_scenario(raw: Mapping[str, Any]) -> Scenario:
     require(isinstance(legacy, bool), RULE_SCENARIO, f"legacy must be true or false, got {legacy!r}")
     require(not (legacy and "rules" in raw and raw["rules"] != LEGACY_SWITCH_RULES), RULE_SCENARIO,
             f"legacy: true is the rule set 'legacy', but rules is {raw.get('rules')!r}")
-    rules = get_rules(raw.get("rules", LEGACY_SWITCH_RULES if legacy else DEFAULT_RULES)).name
+    rules = get_rules(raw.get("rules", LEGACY_SWITCH_RULES if legacy else DEFAULT_RULES))
     require("prompt" in raw, RULE_SCENARIO, "prompt (the lookup request's length) is required")
     n = _int(raw["prompt"], "prompt", 1)
     given = [k for k in ("stored_prompt", "stored", "requests") if k in raw]

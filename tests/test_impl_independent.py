@@ -33,8 +33,8 @@ def test_impl_imports_only_geometry_keys_and_types_from_the_spec():
 
 def _impl(sc: Scenario, spec_present):
     """The implementation's lookup, told the rule set's data (λ on this geometry, the tail rule), not its name."""
-    from kvspec.spec.rules import TAIL_HIT, compute_lookahead, get_rules
-    rs = get_rules(sc.rules)
+    from kvspec.spec.rules import TAIL_HIT, compute_lookahead
+    rs = sc.rules
     lk = HybridLookup(sc.geometry, sc.prompt, lookahead=compute_lookahead(rs, sc.geometry))
     h, tails = lk.run(lambda objs: {o for o in objs if o in spec_present}, legacy=rs.tail_key == TAIL_HIT)
     return h, tails, lk

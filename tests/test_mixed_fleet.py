@@ -75,7 +75,7 @@ def test_every_load_key_is_stored_in_any_fleet():
         out = evaluate_scenario(mixed)
         assert all(e.present for e in out.load), mixed
         # the writers hashing with another λ leave E and the loaded bytes as if they had never written
-        seen = tuple(r for r in writers if compute_writer_lookahead(mixed.geometry, reader, r) is not None)
+        seen = tuple(r for r in writers if compute_writer_lookahead(mixed.geometry, mixed.rules, r) is not None)
         if seen:
             alone = attrs.evolve(mixed, stored=seen)
             assert compute_wrong_positions(mixed, out) == compute_wrong_positions(alone, evaluate_scenario(alone))

@@ -84,7 +84,7 @@ def test_warm_equals_cold_bitwise_under_every_safe_rule_set(master, tmp_path, d)
     for sc, res in zip(scs, out):
         assert res["equal"], (sc.rules, sc.stored, res["first_prefill_difference"], res["first_decode_difference"])
         assert res["hit"] == evaluate_scenario(sc).hit_length, (sc.rules, sc.stored)
-        if sc.rules == "legacy" and res["hit"] > 0:  # keyed at the hit: -704 under DCP, the closure, retries
+        if sc.rules.name == "legacy" and res["hit"] > 0:  # keyed at the hit: -704 under DCP, the closure, retries
             assert res["start"] < res["hit"] and len(res["attempts"]) >= 2
         else:
             assert res["start"] == res["hit"] > 0 or res["hit"] == 0
@@ -137,7 +137,7 @@ def test_draft_kv_hazard_end_to_end(master, tmp_path):
     table = {r: {"scenarios": 0, "draft_rows_differ": 0, "tokens_differ": 0, "not_bitwise": 0, "warm_accepted": 0,
                  "cold_accepted": 0, "warm_proposed": 0, "cold_proposed": 0} for r in rules}
     for sc, res in zip(scs, out):
-        t = table[sc.rules]
+        t = table[sc.rules.name]
         t["scenarios"] += 1
         t["draft_rows_differ"] += res["rows_differ"]["draft"] == [sc.stored[0].prompt - 1]
         assert res["rows_differ"]["draft"] in ([], [sc.stored[0].prompt - 1]) and res["rows_differ"]["target"] == []

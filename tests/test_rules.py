@@ -84,8 +84,8 @@ def test_scenario_json_names_its_rule_set():
     for extra in ({}, {"rules": "pr53324"}, {"rules": "legacy"}, {"legacy": True}, {"legacy": True, "rules": "legacy"}):
         sc = decode_scenario({**base, **extra})
         d = encode_outcome(sc, evaluate_scenario(sc))
-        hits[sc.rules] = d["hit_length"]
-        assert d["rules"] == sc.rules and d["version"] == RESULT_VERSION == 3
+        hits[sc.rules.name] = d["hit_length"]
+        assert d["rules"] == sc.rules.name and d["version"] == RESULT_VERSION == 3
     assert hits == {"vllm-0.34.0": 14976, "pr53324": 13824, "legacy": 13824}  # {}: the default rule set
     for bad, rule in (({"rules": "vllm"}, "rules"), ({"rules": ["x"]}, "rules"),
                       ({"legacy": True, "rules": "pr53324"}, "scenario")):

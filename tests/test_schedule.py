@@ -103,7 +103,7 @@ def test_a_schedule_only_removes_states(sc):
     """The block schedule is the finest: any schedule stores a subset of its objects (attention never changes), so
     the hit never exceeds the block schedule's (MONO-EVICT), and every planned load key is present."""
     block = attrs.evolve(sc, schedule=BLOCK_SCHEDULE)
-    rs = get_rules(sc.rules)
+    rs = sc.rules
     for r in sc.stored:
         got, full = (compute_rule_store(rs, sc.geometry, r.prompt, s) for s in (sc.schedule, BLOCK_SCHEDULE))
         assert got <= full and attention(got, sc.geometry) == attention(full, sc.geometry)

@@ -354,7 +354,7 @@ def _short(xs: Sequence[int], keep: int = 6) -> str:
 def format_schedule(scenario: Scenario) -> list[str]:
     """Return the schedule lines of a scenario whose rule set reads one: per stored request its chunk ends and the
     Mamba states they leave; under the block schedule also what vLLM serve's default budget would leave and hit."""
-    rules = get_rules(scenario.rules)
+    rules = scenario.rules
     g = scenario.geometry
     mamba = [i for i, gr in enumerate(g.groups) if gr.kind == "mamba"]
     if rules.store != STORE_VLLM_0_33 or not mamba or scenario.objects is not None or not scenario.stored:
@@ -415,7 +415,7 @@ def _format_reach(scenario: Scenario) -> str:
     g = scenario.geometry
     if g.draft_reach == 1:
         return ""
-    return f"  drafter reach {g.draft_reach} (λ = {compute_lookahead(get_rules(scenario.rules), g)})"
+    return f"  drafter reach {g.draft_reach} (λ = {compute_lookahead(scenario.rules, g)})"
 
 
 def format_fleet(scenario: Scenario) -> list[str]:
@@ -424,11 +424,11 @@ def format_fleet(scenario: Scenario) -> list[str]:
     g, out = scenario.geometry, []
     for k, r in enumerate(scenario.stored):
         if r.rules is not None and r.rules != scenario.rules:
-            lw = compute_lookahead(get_rules(r.rules), g)
+            lw = compute_lookahead(r.rules, g)
             seen = compute_writer_lookahead(g, scenario.rules, r) is not None
             out.append(f"stored request {k} ({r.prompt} tokens) written under {r.rules} (λ = {lw}): "
                        + ("its keys are the reader's" if seen else
-                          f"the reader hashes with λ = {compute_lookahead(get_rules(scenario.rules), g)}: "
+                          f"the reader hashes with λ = {compute_lookahead(scenario.rules, g)}: "
                           "none of its keys is one the reader names (a miss, never its bytes)"))
     return out
 

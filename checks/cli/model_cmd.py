@@ -54,7 +54,7 @@ def run_model_command(geometry: Geometry, rules: str, stored: int, shared: int, 
 
 def _report(sc: Scenario, spec_hit: int, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     r0 = ranks[0]
-    return {"scenario": {"rules": sc.rules, "stored": sc.stored[0].prompt, "shared": sc.stored[0].shared,
+    return {"scenario": {"rules": sc.rules.name, "stored": sc.stored[0].prompt, "shared": sc.stored[0].shared,
                          "prompt": sc.prompt, "dcp": sc.geometry.parallel.dcp, "eagle": has_eagle(sc.geometry)},
             "hit": r0["hit"], "spec_hit": spec_hit, "start": r0["start"], "attempts": r0["attempts"],
             "loaded": [{"rank": k, "keys": r["attempts"][-1]["keys"] if r["attempts"] else 0,

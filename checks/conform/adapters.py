@@ -54,7 +54,7 @@ from kvspec.checks.conform.vectors import compute_cases
 from kvspec.checks.data import find_vector_cases
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry
-from kvspec.spec.rules import STORE_PR53324, STORE_VLLM_0_33, TAIL_HIT, compute_lookahead, get_rules
+from kvspec.spec.rules import STORE_PR53324, STORE_VLLM_0_33, TAIL_HIT, RuleSet, compute_lookahead, get_rules, to_rules
 from kvspec.spec.scenario import decode_scenario, encode_scenario, evaluate_scenario, has_outputs
 
 Obj = tuple[int, int]  # (group id, boundary t): the object keyed H_t of that group
@@ -75,10 +75,10 @@ class EngineAdapter(Protocol):
                   rules: str) -> list[tuple[int, int, int]]: ...
 
 
-def compute_impl_store_rule(rules: str) -> str:
+def compute_impl_store_rule(rules: RuleSet | str) -> str:
     """Return the implementation's store rule (impl/engine.py STORE_RULES) for a rule set: read from its store-rule
     field, never its name (impl/ knows no rule set)."""
-    store = get_rules(rules).store
+    store = to_rules(rules).store
     if store not in (STORE_PR53324, STORE_VLLM_0_33):
         raise SpecError("impl-rules", f"the implementation (impl/) has no store rule for rule set {rules} "
                                       f"(store rule {store}): only pr53324's and vLLM's")
@@ -177,7 +177,7 @@ SHOWN = 5  # disagreements the readable report prints (all are in --json)
 
 def compute_adapter_outcome(adapter: EngineAdapter, scenario: Any) -> dict[str, Any]:
     """Return what the adapter says for a scenario: E (from its own store rule), hit, tails, load keys."""
-    g, rules = scenario.geometry, scenario.rules
+    g, rules = scenario.geometry, scenario.rules.name  # an adapter is given the rule set's name
     lookahead = compute_lookahead(get_rules(rules), g)  # a key H_t names [0, t + λ)
     if scenario.objects is not None:
         stored = set(scenario.objects)
@@ -228,11 +228,11 @@ def format_explain_command(scenario: Any) -> str:
         parts.append(f"--interleave {g.parallel.interleave}")
     if g.parallel.pcp != 1:
         parts.append(f"--pcp {g.parallel.pcp}")
-    parts += [f"--stored {r.prompt}{f'+{r.decoded}' if r.decoded else ''}:{r.shared}{':' + r.rules if r.rules else ''}"
+    parts += [f"--stored {r.prompt}{f'+{r.decoded}' if r.decoded else ''}:{r.shared}{':' + r.rules.name if r.rules else ''}"
               for r in scenario.stored]
     parts += ["--save-decode-cache"] if any(r.save_decode_cache for r in scenario.stored) else []
     parts += [f"--evict {x}:{t}:{r}" for x, t, r in sorted(scenario.evicted)]
-    return " ".join([*parts, f"--prompt {scenario.prompt}", f"--rules {scenario.rules}"])
+    return " ".join([*parts, f"--prompt {scenario.prompt}", f"--rules {scenario.rules.name}"])
 
 
 def _claimed(adapter: EngineAdapter) -> Mapping[str, Collection[str]]:

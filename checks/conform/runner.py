@@ -25,7 +25,7 @@ from kvspec.spec.keys import GRAMMAR_VLLM, KEY_GRAMMARS, compute_lookahead_chain
 from kvspec.spec.limits import compute_longest_prompt
 from kvspec.spec.plan import plan_load_keys
 from kvspec.spec.presets import get_preset
-from kvspec.spec.rules import VLLM_0_33, compute_lookahead, get_rules
+from kvspec.spec.rules import VLLM_0_33, compute_lookahead
 from kvspec.spec.scenario import Scenario, StoredRequest, compute_stored_objects, evaluate_scenario
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
 from kvspec.spec.types import Tokens
@@ -148,7 +148,7 @@ def compare_case(case: Case, v: Any) -> dict[str, bool]:
     g = sc.geometry
     out = evaluate_scenario(sc)
     spec_stored: set[Any] = set()
-    rs = get_rules(sc.rules)
+    rs = sc.rules
     lam = compute_lookahead(rs, g)  # the spec's λ: the keys below are hashed as the spec says they are
     for r in sc.stored:
         spec_stored |= compute_visible(compute_rule_store(rs, g, Tokens(r.prompt)), Tokens(r.shared), lam)

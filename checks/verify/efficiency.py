@@ -95,7 +95,7 @@ class Memo:
 
 
 def _physical_best(sc: Scenario, stages: Stages) -> Tokens:
-    rs = get_rules(sc.rules)
+    rs = sc.rules
     return compute_physical_best(compute_rule_geometry(rs, sc.geometry), compute_scenario_present(sc, stages),
                                  Tokens(sc.prompt), compute_lookahead(rs, sc.geometry))
 

@@ -64,7 +64,7 @@ def compare(x: Params, draft: bool = False, rule: str = PR53324) -> str | None:
 def compute_stored_states(x: Params, sc: Scenario, schedule: Schedule) -> frozenset[int]:
     """Return the Mamba states (units) the stored request stored under its rule set and schedule (visible or not)."""
     mamba = GroupId(len(sc.geometry.groups) - 1)
-    stored = compute_rule_store(get_rules(sc.rules), sc.geometry, Tokens(x.p), schedule)
+    stored = compute_rule_store(sc.rules, sc.geometry, Tokens(x.p), schedule)
     return frozenset(t // x.u for g, t in stored if g == mamba)
 
 

@@ -14,7 +14,7 @@ from kvspec.impl.worker import make_tokens, request_tokens
 from kvspec.spec.failure import compute_safe_boundary
 from kvspec.spec.keys import compute_lookahead_chain, render_key
 from kvspec.spec.plan import plan_load_keys, plan_store_keys
-from kvspec.spec.rules import TAIL_HIT, compute_lookahead, get_rules
+from kvspec.spec.rules import TAIL_HIT, compute_lookahead
 from kvspec.spec.scenario import Scenario, evaluate_scenario
 from kvspec.spec.store import compute_rule_deferred, compute_rule_store
 
@@ -34,21 +34,22 @@ def build_job(master: str, scenarios: list[Scenario], tag: str,
         prefix = f"{tag}-{seed}"
         base = make_tokens(seed, sc.prompt)
         predicted: dict[int, list[str]] = {}
-        lookahead = compute_lookahead(get_rules(sc.rules), g)
+        lookahead = compute_lookahead(sc.rules, g)
         for k, r in enumerate(sc.stored):  # each writer under its own rule set (a mixed fleet), else the reader's
-            wrules = get_rules(r.rules or sc.rules)
+            wrules = r.rules or sc.rules
             toks = request_tokens(base, seed * 1000 + k + 1, r.prompt + r.decoded, r.shared)  # prompt, then outputs
             chain = compute_lookahead_chain(toks, g.unit, compute_lookahead(wrules, g))
             objs = compute_rule_store(wrules, g, r.prompt) | compute_rule_deferred(
                 wrules, g, r.prompt, r.decoded, decode_saves=r.save_decode_cache)
             for rank, key in plan_store_keys(g, sorted(objs), chain, MODEL, prefix):
                 predicted.setdefault(int(rank), []).append(render_key(key))
-        writers = tuple((compute_impl_store_rule(r.rules or sc.rules), compute_lookahead(get_rules(r.rules or sc.rules), g),
-                         get_rules(r.rules or sc.rules).deferred_saves, get_rules(r.rules or sc.rules).decode_states)
+        writers = tuple((compute_impl_store_rule(r.rules or sc.rules), compute_lookahead(r.rules or sc.rules, g),
+                         (r.rules or sc.rules).deferred_saves,
+                         (r.rules or sc.rules).decode_states)
                         for r in sc.stored) if any(r.rules for r in sc.stored) else ()
         evict = (evict_after_lookup or [{}] * len(scenarios))[len(out)]
-        rs = get_rules(sc.rules)  # the rank job carries the rule set's data, not its name's meaning
-        out.append(ScenarioJob(seed=seed, prefix=prefix, prompt=sc.prompt, rules=sc.rules, lookahead=lookahead,
+        rs = sc.rules  # the rank job carries the rule set's data, not its name's meaning
+        out.append(ScenarioJob(seed=seed, prefix=prefix, prompt=sc.prompt, rules=sc.rules.name, lookahead=lookahead,
                                store_rule=compute_impl_store_rule(sc.rules), tail_at_hit=rs.tail_key == TAIL_HIT,
                                deferred_saves=rs.deferred_saves, decode_states=rs.decode_states,
                                stored=tuple((r.prompt, r.shared, r.decoded, r.save_decode_cache) for r in sc.stored),
