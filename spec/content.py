@@ -17,7 +17,7 @@ from typing import Any
 
 from .geometry import Geometry
 from .ops import IntOps
-from .scenario import SPEC_STAGES, Outcome, Scenario, compute_request_visible
+from .scenario import Outcome, Scenario, compute_request_visible
 from .store import Obj
 from .types import GroupId
 
@@ -42,7 +42,7 @@ def compute_first_writers(scenario: Scenario) -> dict[Obj, int]:
     """Return, for every object a stored request made visible, the index of the first request that stored it."""
     out: dict[Obj, int] = {}
     for k, r in enumerate(scenario.stored):
-        for o in compute_request_visible(scenario.geometry, scenario.rules, r, SPEC_STAGES, scenario.schedule):
+        for o in compute_request_visible(scenario.geometry, scenario.rules, r, scenario.schedule):
             out.setdefault(o, k)
     return out
 

@@ -30,7 +30,7 @@ from .geometry import Geometry, compute_alignment, compute_group_ids, compute_sp
 from .lookup import ObjSet, compute_best_hit, compute_group_present, compute_lookup, compute_tail_block
 from .ops import IntOps
 from .rules import compute_lookahead, compute_rule_geometry
-from .scenario import SPEC_STAGES, Outcome, Scenario, Stages, compute_scenario_present
+from .scenario import Outcome, Scenario, compute_scenario_present, compute_stages
 from .types import GroupId, Tokens
 
 MISSING = -1  # tail boundary of a group whose tail key could not be found
@@ -384,13 +384,13 @@ def compute_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, ...]:
 
 
 def compute_verdict_key(scenario: Scenario) -> tuple[Any, ...]:
-    """Return (geometry, rule geometry, tail rule, λ, E after evictions, N)."""
-    # all that evaluate_scenario (the spec's own stages), compute_keyed_violations and compute_failure_violations read
+    """Return (geometry, rule geometry, tail rule, λ, the replaced steps, E after evictions, N)."""
+    # all that evaluate_scenario, compute_keyed_violations and compute_failure_violations read
     # of a scenario: scenarios with equal keys get equal verdicts (tests/test_spec_invariants.py); the shared prefix
     # is not in it, the invariants that read it (reads_shared) are judged per scenario
     rules = scenario.rules
     return (scenario.geometry, compute_rule_geometry(rules, scenario.geometry), rules.tail_key,
-            compute_lookahead(rules, scenario.geometry),
+            compute_lookahead(rules, scenario.geometry), rules.stages,
             compute_scenario_present(scenario), scenario.prompt)
 
 
@@ -410,10 +410,10 @@ def compute_plan_violations(scenario: Scenario, outcome: Outcome) -> tuple[str, 
     return () if got == want else ("I-21",)
 
 
-def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...],
-                            stages: Stages = SPEC_STAGES) -> FailureWitness:
-    """Return the failure witness of a load whose per-block results are `ok` (closure rules from `stages`)."""
+def compute_failure_witness(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...]) -> FailureWitness:
+    """Return the failure witness of a load whose per-block results are `ok` (the rule set's closure steps)."""
     rules = scenario.rules
+    stages = compute_stages(rules)
     g, h, present = compute_rule_geometry(rules, scenario.geometry), outcome.hit_length, outcome.present
     safe = stages.safe(g, present, h, outcome.load, ok)
     mambas = compute_group_ids(g, "mamba")
@@ -436,8 +436,7 @@ def compute_retry_hit(geometry: Geometry, present: ObjSet, prompt: Tokens, cap: 
     return compute_lookup(geometry, present, prompt, cap=cap, lookahead=lookahead).hit_length
 
 
-def compute_failure_violations(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...],
-                               stages: Stages = SPEC_STAGES) -> tuple[str, ...]:
+def compute_failure_violations(scenario: Scenario, outcome: Outcome, ok: tuple[bool, ...]) -> tuple[str, ...]:
     """Return the ids of the failure-closure invariants a load result violates."""
-    w = compute_failure_witness(scenario, outcome, ok, stages)
+    w = compute_failure_witness(scenario, outcome, ok)
     return tuple(inv_id for inv_id, predicate in _FAILURE if not predicate(IntOps, w))

@@ -13,12 +13,16 @@ nothing else.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import attrs
 
 from .errors import SpecError
 from .geometry import Geometry, compute_span, has_eagle
 from .types import GroupId
+
+if TYPE_CHECKING:  # the steps sit above the rule sets that select them (spec/scenario.py)
+    from .scenario import Stages
 
 RULE_RULES = "rules"
 RULE_VLLM_UNIT = "vllm-prefix-match-unit"
@@ -65,8 +69,9 @@ class Delta:
 
 @attrs.frozen(kw_only=True, cache_hash=True)
 class RuleSet:
-    """A named rule set: the store rule, the tail-key rule, configuration refusals, hash lookahead, and what a writer
-    stores past its prefill (deferred saves, decode-phase states)."""
+    """A named rule set: the store rule, the tail-key rule, configuration refusals, hash lookahead, what a writer
+    stores past its prefill (deferred saves, decode-phase states), and the steps it replaces (a mutant's: its own
+    store, present, lookup, tails, plan, safe or retry rule; None: the spec's, spec/scenario.py SPEC_STAGES)."""
 
     name: str
     predecessor: str | None
@@ -80,24 +85,27 @@ class RuleSet:
     eagle_drop: bool = True  # an EAGLE-flagged group's hit drops its last unit when λ = 0 (vLLM); False: never (SGLang)
     deferred_saves: bool = False  # λ > 0: boundaries whose hash waits for outputs are stored once those exist
     decode_states: bool = False  # save_decode_cache also stores decode-phase Mamba states (retention 0 becomes L)
+    stages: Stages | None = None  # the steps this rule set replaces (checks/verify/mutants.py); None: the spec's own
 
     def __str__(self) -> str:
         """Return the rule set's name (how messages and command lines name it)."""
         return self.name
 
 
+_PR53324 = RuleSet(
+    name=PR53324, predecessor=LEGACY, engine="vLLM PR #53324",
+    store=STORE_PR53324, tail_key=TAIL_STORED, config=CONFIG_KVSPEC, lookahead=0,
+    deltas=(Delta(what="the tail block is loaded under H_{B_g}, the boundary it was stored at: h if stored, "
+                       "else the smallest stored unit boundary after h inside the tail block",
+                  where="MooncakeStoreWorker._tail_key_boundaries, TailKeyBoundary"),))
+
 RULE_SETS: dict[str, RuleSet] = {
-    LEGACY: RuleSet(
-        name=LEGACY, predecessor=None, engine="vLLM before PR #53324",
-        store=STORE_PR53324, tail_key=TAIL_HIT, config=CONFIG_KVSPEC, lookahead=0,
+    # the loader before #53324 is the PR's rules with the other tail-key rule (the legacy-tail-key mutant's variant too)
+    LEGACY: attrs.evolve(
+        _PR53324, name=LEGACY, predecessor=None, engine="vLLM before PR #53324", tail_key=TAIL_HIT,
         deltas=(Delta(what="the tail block of a hit is loaded under H_h, the hit length's own hash",
                       where="KVCacheStoreRecvingThread._handle_request before #53324"),)),
-    PR53324: RuleSet(
-        name=PR53324, predecessor=LEGACY, engine="vLLM PR #53324",
-        store=STORE_PR53324, tail_key=TAIL_STORED, config=CONFIG_KVSPEC, lookahead=0,
-        deltas=(Delta(what="the tail block is loaded under H_{B_g}, the boundary it was stored at: h if stored, "
-                           "else the smallest stored unit boundary after h inside the tail block",
-                      where="MooncakeStoreWorker._tail_key_boundaries, TailKeyBoundary"),)),
+    PR53324: _PR53324,
     VLLM_0_33: RuleSet(
         name=VLLM_0_33, predecessor=PR53324, engine="vLLM 0.33.0",
         store=STORE_VLLM_0_33, tail_key=TAIL_STORED, config=CONFIG_VLLM_0_33, lookahead=0,

@@ -90,6 +90,13 @@ def _int(x: object, what: str, lo: int = 0, rule: str = RULE_SCENARIO) -> int:
     return x
 
 
+def _repr_rules(rules: RuleSet | None) -> str:
+    """Return how a scenario's repr names a rule set: by name (a mutant's, whose steps differ, marked so)."""
+    if rules is None:
+        return "None"
+    return repr(rules.name) if rules.stages is None else f"{rules.name!r} (a mutant's steps)"
+
+
 @attrs.frozen(kw_only=True)
 class StoredRequest:
     """A request of P prompt tokens that was stored; it shares its first S tokens with the lookup request; its own
@@ -101,7 +108,7 @@ class StoredRequest:
     prompt: int
     shared: int
     schedule: Schedule | None = None
-    rules: RuleSet | None = attrs.field(default=None, converter=to_optional_rules)
+    rules: RuleSet | None = attrs.field(default=None, converter=to_optional_rules, repr=_repr_rules)
     decoded: int = 0
     save_decode_cache: bool = False  # its connector saved the decode phase too (vLLM's save_decode_cache)
 
@@ -120,7 +127,8 @@ class Scenario:
     stored: tuple[StoredRequest, ...] = ()
     objects: frozenset[Obj] | None = None  # explicit present objects instead of stored requests
     evicted: frozenset[RankObj] = frozenset()
-    rules: RuleSet = attrs.field(default=RULE_SETS[DEFAULT_RULES], converter=to_rules)  # a name is read as its rule set
+    rules: RuleSet = attrs.field(default=RULE_SETS[DEFAULT_RULES], converter=to_rules,  # a name: its rule set
+                                 repr=_repr_rules)
     schedule: Schedule = BLOCK_SCHEDULE  # how the stored requests' prefills were scheduled (spec/schedule.py)
 
     def __attrs_post_init__(self) -> None:
@@ -207,6 +215,11 @@ class Stages:
 SPEC_STAGES = Stages()
 
 
+def compute_stages(rules: RuleSet) -> Stages:
+    """Return the steps a rule set evaluates with: its own (a mutant's, rules.stages), else the spec's (SPEC_STAGES)."""
+    return SPEC_STAGES if rules.stages is None else rules.stages
+
+
 @attrs.frozen(kw_only=True)
 class Outcome:
     """What the spec says happens: E, the lookup, tail boundaries, the load plan."""
@@ -233,16 +246,16 @@ def is_compact(scenario: Scenario) -> bool:
         g.parallel.dcp, compute_spans(g), longest, len(scenario.stored), len(scenario.evicted)) > MAX_SHARDS
 
 
-def compute_stored(scenario: Scenario, stages: Stages = SPEC_STAGES, compact: bool | None = None) -> ObjSet:
+def compute_stored(scenario: Scenario, compact: bool | None = None) -> ObjSet:
     """Return every object the lookup request can name (each written by every rank), before evictions; as runs and
     points when `compact` (default: when is_compact)."""
     if scenario.objects is not None:
         return scenario.objects
     if is_compact(scenario) if compact is None else compact:
-        require(stages is SPEC_STAGES, RULE_LIMIT_SHARDS, "a scenario past the explicit limit is answered with the "
-                                                           "spec's own stages only")
+        require(scenario.rules.stages is None, RULE_LIMIT_SHARDS, "a scenario past the explicit limit is answered "
+                                                                   "with the spec's own stages only")
         return _compute_stored_compact(scenario.geometry, scenario.rules, scenario.stored, scenario.schedule)
-    return _compute_stored_of(scenario.geometry, scenario.rules, scenario.stored, stages, scenario.schedule)
+    return _compute_stored_of(scenario.geometry, scenario.rules, scenario.stored, scenario.schedule)
 
 
 def compute_writer_lookahead(g: Geometry, reader: RuleSet, request: StoredRequest) -> int | None:
@@ -253,7 +266,7 @@ def compute_writer_lookahead(g: Geometry, reader: RuleSet, request: StoredReques
     return lw if lw == compute_lookahead(reader, g) else None
 
 
-def compute_request_visible(g: Geometry, reader: RuleSet, request: StoredRequest, stages: Stages = SPEC_STAGES,
+def compute_request_visible(g: Geometry, reader: RuleSet, request: StoredRequest,
                             schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
     """Return the objects one stored request shows the reader: its writer's store rule (the request's rule set, else
     the reader's) at P, through the shared prefix S at the writer's λ; none when the λ differ
@@ -262,7 +275,7 @@ def compute_request_visible(g: Geometry, reader: RuleSet, request: StoredRequest
     if lw is None:
         return frozenset()
     writer = request.rules or reader
-    objects = stages.store(writer, g, Tokens(request.prompt), request.schedule or schedule)
+    objects = compute_stages(writer).store(writer, g, Tokens(request.prompt), request.schedule or schedule)
     if has_outputs(request):  # what its outputs let it store (store.compute_rule_deferred)
         objects = objects | compute_rule_deferred(writer, g, Tokens(request.prompt), Tokens(request.decoded),
                                                   request.schedule or schedule, request.save_decode_cache)
@@ -287,28 +300,28 @@ def _compute_stored_compact(g: Geometry, reader: RuleSet, stored: tuple[StoredRe
 
 @functools.lru_cache(maxsize=1024)  # one set per stored setup: the lookups of every N and eviction share it
 def _compute_stored_of(g: Geometry, reader: RuleSet, stored: tuple[StoredRequest, ...],
-                       stages: Stages, schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
-    sets = [compute_request_visible(g, reader, r, stages, schedule) for r in stored]
+                       schedule: Schedule = BLOCK_SCHEDULE) -> frozenset[Obj]:
+    sets = [compute_request_visible(g, reader, r, schedule) for r in stored]
     return sets[0] if len(sets) == 1 else frozenset().union(*sets)
 
 
-def compute_stored_objects(scenario: Scenario, stages: Stages = SPEC_STAGES) -> frozenset[RankObj]:
+def compute_stored_objects(scenario: Scenario) -> frozenset[RankObj]:
     """Return every rank shard the lookup request can name, before evictions."""
-    return compute_rank_objects(scenario.geometry, compute_stored(scenario, stages))
+    return compute_rank_objects(scenario.geometry, compute_stored(scenario))
 
 
-def compute_scenario_present(scenario: Scenario, stages: Stages = SPEC_STAGES, compact: bool | None = None) -> ObjSet:
-    """Return E: the stored objects less those with an evicted shard (the stages' present rule)."""
-    return _compute_scenario_present(scenario, stages, compact)
+def compute_scenario_present(scenario: Scenario, compact: bool | None = None) -> ObjSet:
+    """Return E: the stored objects less those with an evicted shard (the rule set's present step)."""
+    return _compute_scenario_present(scenario, compact)
 
 
 @functools.lru_cache(maxsize=256)  # the verdict key, the evaluation and the witness all read it
-def _compute_scenario_present(scenario: Scenario, stages: Stages, compact: bool | None) -> ObjSet:
+def _compute_scenario_present(scenario: Scenario, compact: bool | None) -> ObjSet:
     g = compute_rule_geometry(scenario.rules, scenario.geometry)
-    stored = compute_stored(scenario, stages, compact)
+    stored = compute_stored(scenario, compact)
     if isinstance(stored, Objects):
         return compute_present_after_objects(g, stored, scenario.evicted)
-    return _compute_present_of(g, stored, scenario.evicted, stages)
+    return _compute_present_of(g, stored, scenario.evicted, compute_stages(scenario.rules))
 
 
 @functools.lru_cache(maxsize=1024)  # scenarios that differ only in N share E, the same set object for the lookup's memos
@@ -317,26 +330,26 @@ def _compute_present_of(g: Geometry, stored: frozenset[Obj], evicted: frozenset[
     return stages.present(g, stored, evicted)
 
 
-def compute_scenario_lookup(scenario: Scenario, stages: Stages = SPEC_STAGES,
-                            compact: bool | None = None) -> tuple[Geometry, ObjSet, LookupResult]:
+def compute_scenario_lookup(scenario: Scenario, compact: bool | None = None) -> tuple[Geometry, ObjSet, LookupResult]:
     """Return (the rule set's geometry, E after evictions, the lookup of N) of a scenario."""
     rules = scenario.rules
     g = compute_rule_geometry(rules, scenario.geometry)
-    present = compute_scenario_present(scenario, stages, compact)
-    return g, present, stages.lookup(g, present, Tokens(scenario.prompt),
+    present = compute_scenario_present(scenario, compact)
+    return g, present, compute_stages(rules).lookup(g, present, Tokens(scenario.prompt),
                                      lookahead=compute_lookahead(rules, scenario.geometry))
 
 
 def compute_hit(scenario: Scenario) -> Tokens:
-    """Return h of the scenario's lookup under the spec's own stages (evaluate_scenario's, without tails and plan)."""
+    """Return h of the scenario's lookup (evaluate_scenario's, without tails and plan)."""
     return compute_scenario_lookup(scenario)[2].hit_length
 
 
-def evaluate_scenario(scenario: Scenario, stages: Stages = SPEC_STAGES, compact: bool | None = None) -> Outcome:
+def evaluate_scenario(scenario: Scenario, compact: bool | None = None) -> Outcome:
     """Return the outcome of a scenario; a violated rule during lookup is reported, not raised. `compact`: E as runs
     and points and the plan as runs (default: past the explicit limit, is_compact); the cross-check forces it."""
     rules, n = scenario.rules, Tokens(scenario.prompt)
-    g, present, look = compute_scenario_lookup(scenario, stages, compact)
+    stages = compute_stages(rules)
+    g, present, look = compute_scenario_lookup(scenario, compact)
     try:
         tails = stages.tails(g, present, n, look.hit_length, rules.tail_key,
                              compute_lookahead(rules, scenario.geometry))

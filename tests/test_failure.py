@@ -89,9 +89,10 @@ def test_closure_mutants_are_caught():
     out = evaluate_scenario(sc)
     ok = (True, False, True)
     from kvspec.checks.verify.mutants import MUTANTS
-    by_name = {m.name: m.stages for m in MUTANTS}
-    assert "F-3" in compute_failure_violations(sc, out, ok, by_name["closure-keeps-hit"])  # keeps the hit
-    assert "F-7" in compute_failure_violations(sc, out, ok, by_name["closure-retry-same-hit"])  # same hit again
+    by_name = {m.name: m.vary_scenario(sc) for m in MUTANTS}  # the scenario under each mutant's rule set
+    assert "F-3" in compute_failure_violations(by_name["closure-keeps-hit"], out, ok)  # keeps the hit
+    assert "F-7" in compute_failure_violations(by_name["closure-retry-same-hit"], out, ok)  # same hit again
+    assert not compute_failure_violations(sc, out, ok)
 
 
 def test_retry_is_the_rule_sets_own_capped_lookup():

@@ -199,3 +199,53 @@ def test_rule_set_names_are_written_only_in_the_table():
             if isinstance(node, ast.Constant) and node.value in RULE_SETS and (rel, node.value) not in NOT_RULE_SETS:
                 found.append(f"{rel}:{node.lineno}: {node.value!r}")
     assert found == [], found
+
+
+def test_a_scenario_holds_its_rule_set_as_a_value():
+    """Issue 27: Scenario.rules is the RuleSet itself (a name given is read as its rule set, unknown names refused by
+    name); the JSON encoding still names it, and decodes back equal."""
+    from kvspec.spec.scenario import decode_scenario, encode_scenario
+    g = make_geometry(2, [("attention", 4, False), ("mamba", 8, False)])
+    sc = Scenario(geometry=g, prompt=20, stored=(StoredRequest(prompt=20, shared=20, rules="pr53324"),), rules="legacy")
+    assert sc.rules is RULE_SETS["legacy"] and sc.stored[0].rules is RULE_SETS["pr53324"]
+    assert Scenario(geometry=g, prompt=20).rules is RULE_SETS[DEFAULT_RULES]
+    assert encode_scenario(sc)["rules"] == "legacy" and encode_scenario(sc)["requests"][0]["rules"] == "pr53324"
+    assert decode_scenario(encode_scenario(sc)) == sc and str(sc.rules) == "legacy"
+    with pytest.raises(SpecError) as err:
+        Scenario(geometry=g, prompt=20, rules="vllm-9")
+    assert err.value.rule == "rules"
+
+
+def test_legacy_is_the_pr_with_the_other_tail_key_and_so_is_its_mutant():
+    """Issue 27: `legacy` is evolve(pr53324, tail_key=hit) (only its name, lineage and notes differ), and the
+    legacy-tail-key mutant is the same evolve of whatever rule set it is hunted under: one variant, written once."""
+    from kvspec.checks.verify.exhaustive import iterate_all
+    from kvspec.checks.verify.mutants import MUTANTS
+    legacy, pr = RULE_SETS["legacy"], RULE_SETS["pr53324"]
+    same = {"name": pr.name, "predecessor": pr.predecessor, "engine": pr.engine, "deltas": pr.deltas}
+    assert attrs.evolve(legacy, **same) == attrs.evolve(pr, tail_key=legacy.tail_key) and legacy.tail_key != pr.tail_key
+    mutant = next(m for m in MUTANTS if m.name == "legacy-tail-key")
+    assert attrs.evolve(mutant.vary(pr), **same) == attrs.evolve(pr, tail_key=legacy.tail_key)
+    n = 0
+    for k, sc in enumerate(iterate_all(rules="pr53324")):
+        if k % 7:
+            continue
+        mine, theirs = evaluate_scenario(mutant.vary_scenario(sc)), evaluate_scenario(attrs.evolve(sc, rules=legacy))
+        assert (mine.hit_length, mine.tails, mine.load, mine.error) == \
+               (theirs.hit_length, theirs.tails, theirs.load, theirs.error), sc
+        n += 1
+    assert n > 1000
+
+
+def test_a_mutants_rule_set_is_answered_explicitly_only():
+    """A rule set whose steps a mutant replaced is the spec's no more: the compact form (runs and points) refuses it
+    rather than answer it with the spec's own steps."""
+    from kvspec.checks.verify.mutants import MUTANTS
+    from kvspec.spec.scenario import compute_stored
+    g = make_geometry(1, [("attention", 4, False), ("mamba", 4, False)])
+    sc = Scenario(geometry=g, prompt=16, stored=(StoredRequest(prompt=16, shared=16),), rules="pr53324")
+    m = next(x for x in MUTANTS if x.name == "store-tail-any-mamba")
+    assert compute_stored(m.vary_scenario(sc), compact=False) is not None
+    with pytest.raises(SpecError) as err:
+        compute_stored(m.vary_scenario(sc), compact=True)
+    assert err.value.rule == "limit-shards"

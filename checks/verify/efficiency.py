@@ -35,16 +35,15 @@ from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, compute_lcm_span
 from kvspec.spec.invariants import compute_plan_violations, compute_verdict_key, compute_violations
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
-from kvspec.spec.rules import LOOKAHEAD_ALWAYS, RULE_SETS, compute_lookahead, compute_rule_geometry, get_rules
+from kvspec.spec.rules import LOOKAHEAD_ALWAYS, RULE_SETS, RuleSet, compute_lookahead, compute_rule_geometry, to_rules
 from kvspec.spec.scenario import (
     RULE_DECODED,
-    SPEC_STAGES,
     Outcome,
     Scenario,
-    Stages,
     StoredRequest,
     compute_scenario_lookup,
     compute_scenario_present,
+    compute_stages,
     evaluate_scenario,
 )
 from kvspec.spec.schedule import BLOCK_SCHEDULE
@@ -63,23 +62,22 @@ class Instance:
 
 
 class Memo:
-    """A scenario's hit, outcome and physical best under the stages (the spec's, or a mutant's), each computed once
-    per verdict key (spec/invariants.py: compute_verdict_key: all that the spec's evaluation reads of a scenario) — a
-    pass over several rule sets shares them; under a mutant's stages once per scenario."""
+    """A scenario's hit, outcome and physical best under its rule set (a mutant's too), each computed once per verdict
+    key (spec/invariants.py: compute_verdict_key: all that the evaluation reads of a scenario, the rule set's replaced
+    steps included) — a pass over several rule sets shares them."""
 
-    def __init__(self, stages: Stages = SPEC_STAGES) -> None:
+    def __init__(self) -> None:
         self._seen: dict[tuple[Any, ...], Any] = {}
-        self.stages = stages
 
-    def _get(self, what: str, sc: Scenario, compute: Callable[[Scenario, Stages], Any]) -> Any:
-        key = (what, *compute_verdict_key(sc)) if self.stages is SPEC_STAGES else (what, sc)
+    def _get(self, what: str, sc: Scenario, compute: Callable[[Scenario], Any]) -> Any:
+        key = (what, *compute_verdict_key(sc))
         if key not in self._seen:
-            self._seen[key] = compute(sc, self.stages)
+            self._seen[key] = compute(sc)
         return self._seen[key]
 
     def hit(self, sc: Scenario) -> int:
         """Return h (the lookup alone: spec/scenario.py: compute_scenario_lookup)."""
-        return int(self._get("hit", sc, lambda x, st: compute_scenario_lookup(x, st)[2].hit_length))
+        return int(self._get("hit", sc, lambda x: compute_scenario_lookup(x)[2].hit_length))
 
     def outcome(self, sc: Scenario) -> Outcome:
         """Return the whole evaluation (lookup, tails, plan)."""
@@ -89,34 +87,35 @@ class Memo:
         """Return the physical best E allows (spec/lookup.py: compute_physical_best)."""
         return int(self._get("best", sc, _physical_best))
 
-    def store(self, rules: str, g: Geometry, p: int) -> frozenset[Obj]:
-        """Return the objects one request of P tokens stores under the rule set (the stages' store rule)."""
-        return self.stages.store(get_rules(rules), g, Tokens(p), BLOCK_SCHEDULE)
+    def store(self, rules: RuleSet | str, g: Geometry, p: int) -> frozenset[Obj]:
+        """Return the objects one request of P tokens stores under the rule set (its store step)."""
+        rs = to_rules(rules)
+        return compute_stages(rs).store(rs, g, Tokens(p), BLOCK_SCHEDULE)
 
 
-def _physical_best(sc: Scenario, stages: Stages) -> Tokens:
+def _physical_best(sc: Scenario) -> Tokens:
     rs = sc.rules
-    return compute_physical_best(compute_rule_geometry(rs, sc.geometry), compute_scenario_present(sc, stages),
+    return compute_physical_best(compute_rule_geometry(rs, sc.geometry), compute_scenario_present(sc),
                                  Tokens(sc.prompt), compute_lookahead(rs, sc.geometry))
 
 
-def iterate_best(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+def iterate_best(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether h equals the physical best ("above" marks a safety bug)."""
     for sc in iterate_scenarios(g, rules=rules):
         h, best = memo.hit(sc), memo.best(sc)
         yield Instance(h == best, sc, f"h {h} vs best {best}", above_best=h > best)
 
 
-def iterate_resend(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+def iterate_resend(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Instance]:
     """Yield, per P up to 2L + 2u, whether an identical resend hits compute_resend_best."""
-    lookahead = compute_lookahead(get_rules(rules), g)
+    lookahead = compute_lookahead(to_rules(rules), g)
     for p in range(1, 2 * compute_lcm_span(g) + 2 * g.unit + 1):
         sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
         h, best = memo.hit(sc), int(compute_resend_best(g, Tokens(p), lookahead))
         yield Instance(h == best, sc, f"h {h} vs best {best}", above_best=h > best)
 
 
-def iterate_mono_prefix(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+def iterate_mono_prefix(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Instance]:
     """Yield, per P and consecutive shared prefixes S < S', whether the hit at S' is at least the hit at S."""
     lens = compute_lengths(g, 3)
     for p in (x for x in lens if x >= 1):
@@ -129,12 +128,12 @@ def iterate_mono_prefix(g: Geometry, rules: str, memo: Memo) -> Iterator[Instanc
             prev = (s, h)
 
 
-def iterate_mono_evict(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+def iterate_mono_evict(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Instance]:
     """Yield, per stored P, reader N <= P (sharing all N) and stored object, whether evicting its last rank's shard
     leaves the hit at most as it was."""
     last = Rank(g.parallel.dcp - 1)
     lens = [x for x in compute_lengths(g, 3) if x >= 1]
-    rs = get_rules(rules)
+    rs = to_rules(rules)
     for p in lens:
         for n in (x for x in lens if x <= p):
             stored = (StoredRequest(prompt=p, shared=n),)
@@ -145,7 +144,7 @@ def iterate_mono_evict(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance
                 yield Instance(h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}")
 
 
-def iterate_mono_more(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+def iterate_mono_more(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Instance]:
     """Yield, per P and a second stored request Q (sharing all or half of min(P, Q)), whether the hit does not drop."""
     lens = [x for x in compute_lengths(g, 3) if x >= 1]
     for p in lens:
@@ -158,7 +157,7 @@ def iterate_mono_more(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]
                 yield Instance(h >= base, sc, f"storing {q} tokens sharing {sq}: h {base} -> {h}")
 
 
-def iterate_finished(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+def iterate_finished(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Instance]:
     """Yield, per stored prompt of the geometry's scope, writers that decoded O ∈ {1, 2, L + 1} tokens, with and
     without save_decode_cache, read by a lookup continuing through every output (and, evicted, without one stored
     object's shard): whether the answer keeps every scenario invariant (MAX-HIT included), loads only planned keys
@@ -184,7 +183,7 @@ def iterate_finished(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
                     yield Instance(not bad and not wrong, one, f"violations {list(bad)}, {len(wrong)} wrong positions")
 
 
-def iterate_content(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+def iterate_content(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether every loaded byte is what the reader computes itself (it
     reads the whole load, not only h)."""
     for sc in iterate_scenarios(g, rules=rules):
@@ -192,11 +191,11 @@ def iterate_content(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
         yield Instance(not wrong, sc, f"{len(wrong)} wrong positions (group, position): {list(wrong[:3])}")
 
 
-def compute_split_parents(rules: str) -> tuple[str, str]:
+def compute_split_parents(rules: RuleSet | str) -> tuple[str, str]:
     """Return (without a drafter, with one): the rule sets a drafter-scoped rule set must equal — its predecessor, and
     the rule set that differs from it only in applying λ everywhere (and in deferred and decode-phase saves, which
     the scope's writers, none of which decoded, never reach)."""
-    rs = get_rules(rules)
+    rs = to_rules(rules)
     everywhere = [x for x in RULE_SETS.values() if x.lookahead_scope == LOOKAHEAD_ALWAYS and x.name != rs.name
                   and attrs.evolve(rs, name=x.name, predecessor=x.predecessor, engine=x.engine, deltas=x.deltas,
                                    lookahead_scope=LOOKAHEAD_ALWAYS, deferred_saves=x.deferred_saves,
@@ -205,7 +204,7 @@ def compute_split_parents(rules: str) -> tuple[str, str]:
     return rs.predecessor, everywhere[0].name
 
 
-def iterate_split(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+def iterate_split(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether a drafter-scoped rule set (vllm-0.34.0) gives exactly
     its predecessor's outcome without an EAGLE-family drafter and its λ-everywhere sibling's with one (the case split
     that carries both families' Z3 theorems over to it). Evaluated afresh, not through the memo: the verdict keys of
@@ -220,7 +219,7 @@ def iterate_split(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
                                  f"h {theirs.hit_length}, tails {list(theirs.tails)}")
 
 
-def iterate_compact(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
+def iterate_compact(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Instance]:
     """Yield, per scenario of the geometry's scope, whether the spec answered on runs and points (spec/boundaries.py:
     what scenarios past the explicit limit get) equals the explicit spec: E, h, the tails, the load plan, the error."""
     for sc in iterate_scenarios(g, rules=rules):
@@ -233,7 +232,7 @@ def iterate_compact(g: Geometry, rules: str, memo: Memo) -> Iterator[Instance]:
                                  f"explicit: h {theirs.hit_length}, tails {list(theirs.tails)}, {len(theirs.load)} blocks")
 
 
-PROPERTIES: dict[str, tuple[str, Callable[[Geometry, str, Memo], Iterator[Instance]]]] = {
+PROPERTIES: dict[str, tuple[str, Callable[[Geometry, RuleSet | str, Memo], Iterator[Instance]]]] = {
     "BEST": ("h equals the physical best E allows (largest multiple of a below N every group can serve, tail keys up "
              "to ⌊N/u⌋·u); above it would be unsafe", iterate_best),
     "RESEND": ("an identical resend hits ⌊(P−1)/a⌋·a, with EAGLE max(⌊P/a⌋·a − a, 0) (every P ≤ 2L + 2u)",

@@ -9,7 +9,15 @@ import attrs
 
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, Group, Parallel, compute_lcm_span, compute_span
-from kvspec.spec.rules import PR53324, VLLM_0_33, VLLM_0_34, check_config, compute_lookahead, get_rules
+from kvspec.spec.rules import (
+    PR53324,
+    VLLM_0_33,
+    VLLM_0_34,
+    RuleSet,
+    check_config,
+    compute_lookahead,
+    to_rules,
+)
 from kvspec.spec.scenario import Scenario, StoredRequest
 from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule
 from kvspec.spec.store import compute_rank_objects, compute_rule_store, compute_visible
@@ -54,7 +62,7 @@ def compute_lengths(g: Geometry, limit_units: int) -> list[int]:
     return sorted(v for v in vals if 0 <= v <= 2 * compute_lcm_span(g) + 2 * u)
 
 
-def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = True, rules: str = PR53324,
+def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = True, rules: RuleSet | str = PR53324,
                       schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,)) -> Iterator[Scenario]:
     """Yield the scenarios of one geometry under each schedule: prompts near every span boundary, every shared
     prefix, single evictions."""
@@ -63,10 +71,11 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
             yield sc if schedule == BLOCK_SCHEDULE else attrs.evolve(sc, schedule=schedule)
 
 
-def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, rules: str,
+def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, name: RuleSet | str,
                        schedule: Schedule) -> Iterator[Scenario]:
+    rules = to_rules(name)
     try:  # a geometry the rule set's engine refuses has no scenario under it (SGLang: whole pages, DCP limits)
-        check_config(get_rules(rules), geometry)
+        check_config(rules, geometry)
     except SpecError:
         return
     lens = compute_lengths(geometry, limit_units)
@@ -78,9 +87,8 @@ def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, rules:
         # a longer lookup sharing the whole stored prompt (and one unit more than it could share)
         yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
         if evict and p >= 1:
-            rs = get_rules(rules)
-            objs = compute_visible(compute_rule_store(rs, geometry, Tokens(p), schedule), Tokens(p),
-                                   compute_lookahead(rs, geometry))
+            objs = compute_visible(compute_rule_store(rules, geometry, Tokens(p), schedule), Tokens(p),
+                                   compute_lookahead(rules, geometry))
             last = Rank(geometry.parallel.dcp - 1)
             for g, t in sorted(objs):
                 yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),

@@ -44,7 +44,7 @@ from kvspec.checks.verify.link import (
     compare_failure,
     compare_schedule,
 )
-from kvspec.checks.verify.mutants import MUTANTS, hunt
+from kvspec.checks.verify.mutants import MUTANTS, Mutant, hunt
 from kvspec.checks.verify.prove import compute_theorems, prove
 from kvspec.spec.invariants import (
     REGISTRY,
@@ -56,7 +56,7 @@ from kvspec.spec.invariants import (
 )
 from kvspec.spec.limits import compute_longest_prompt
 from kvspec.spec.rules import PR53324, STORE_PR53324, get_rules
-from kvspec.spec.scenario import SPEC_STAGES, evaluate_scenario
+from kvspec.spec.scenario import evaluate_scenario
 
 Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
 FAST_THEOREMS = ("I-1/2", "I-6", "CONTENT-KEY", "CONTENT-KEY@legacy-hashes", "LEMMA-MAMBA", "I-14", "I-18", "I-20",
@@ -200,11 +200,11 @@ def _registry_ids() -> str:
 Found = tuple[int, list[tuple[list[str], list[bool] | None]]]  # (inputs judged, violations: (ids, load results))
 
 
-def _judge_registry(sc: Any, stages: Any) -> Any:
+def _judge_registry(sc: Any) -> Any:
     """Return (witness, violated ids, {shared prefix: violated ids}) of one scenario judged by the registry (but the
     invariants reading the shared prefix, filled in per prefix by _finish_registry) and I-21; an evaluation error is a
     violation."""
-    out = evaluate_scenario(sc, stages)
+    out = evaluate_scenario(sc)
     w, v = compute_keyed_violations(sc, out)
     return w, v + (("error",) if out.error is not None else ()), {}
 
@@ -226,15 +226,15 @@ def _failure_patterns(n: int) -> list[tuple[bool, ...]]:
     return out + ([tuple([False] * n)] if n > 1 else [])
 
 
-def _judge_failures(sc: Any, stages: Any) -> Found:
-    """Return a scenario's load results judged by the failure closure, up to the first that violates it (a scenario
-    without a hit has none)."""
+def _judge_failures(sc: Any) -> Found:
+    """Return a scenario's load results judged by the failure closure (its rule set's closure steps), up to the first
+    that violates it (a scenario without a hit has none)."""
     out, n = evaluate_scenario(sc), 0
     if out.hit_length <= 0:
         return 0, []
     for ok in _failure_patterns(len(out.load)):
         n += 1
-        v = compute_failure_violations(sc, out, ok, stages)
+        v = compute_failure_violations(sc, out, ok)
         if v:
             return n, [(list(v), list(ok))]
     return n, []
@@ -244,7 +244,7 @@ def _judge_failures(sc: Any, stages: Any) -> Found:
 class Judge:
     """What an exhaustive pass asks of each scenario, and how its rows say it."""
 
-    judge: Callable[[Any, Any], Any]  # (scenario, stages) -> its verdict, shared by scenarios of equal verdict keys
+    judge: Callable[[Any], Any]  # scenario -> its verdict, shared by scenarios of equal verdict keys
     finish: Callable[[Any, Any], Found]  # (scenario, verdict) -> what it found in that scenario
     statement: Callable[[Scope], str]  # the row's statement
     inputs: str  # what the row counts
@@ -261,13 +261,13 @@ JUDGES: dict[str, Judge] = {
 }
 
 
-def _run_failures(scope: Scope, stages: Any, fast: bool, stop_at_first: bool) -> Part:
-    """Return the failure closure judged under `stages` (a closure mutant's) on every scenario of a scope."""
+def _run_failures(scope: Scope, mutant: Mutant, fast: bool, stop_at_first: bool) -> Part:
+    """Return the failure closure judged under a closure mutant on every scenario of a scope."""
     t0, n, bad = time.perf_counter(), 0, []
     for k, sc in enumerate(scope.iterate()):
         if fast and k % 20:
             continue
-        m, found = _judge_failures(sc, stages)
+        m, found = _judge_failures(mutant.vary_scenario(sc))
         n += m
         bad += [{"violated": v, "scenario": repr(sc), "ok": ok} for v, ok in found]
         if bad and (stop_at_first or len(bad) >= MAX_FAILURES):
@@ -312,7 +312,7 @@ class ExhaustiveCheck(SharedPass):
                     key = compute_verdict_key(sc)
                     fresh = key not in verdicts
                     if fresh:
-                        verdicts[key] = j.judge(sc, SPEC_STAGES)
+                        verdicts[key] = j.judge(sc)
                     found = j.finish(sc, verdicts[key])
                     n[i] += found[0]
                     judged[i] += found[0] if fresh else 0
@@ -471,7 +471,7 @@ class MutantCheck(OneRow):
 
     def run(self, part: Any, fast: bool) -> Part:
         m, t0 = self._mutant(), time.perf_counter()
-        if m.efficiency:  # a safe store rule that stores less: the efficiency rows under its stages must move
+        if m.efficiency:  # a safe store rule that stores less: the efficiency rows under its rule sets must move
             rows = [row for check in compute_property_checks(mutant=m.name, props=m.efficiency)
                     for row in check.render([check.run(p, False) for p in check.parts(False)])]
             bad = [row for row in rows if not row.ok]
@@ -479,7 +479,7 @@ class MutantCheck(OneRow):
                     "seconds": time.perf_counter() - t0,
                     "counterexample": _find_efficiency_loss(m.name, bad[0].id) if bad else None}
         if m.closure:
-            r = _run_failures(SCOPE_FAILURE, m.stages, fast=False, stop_at_first=True)
+            r = _run_failures(SCOPE_FAILURE, m, fast=False, stop_at_first=True)
             caught = sorted({v for b in r["bad"] for v in b["violated"]})
             return {"caught_by": caught, "tried": r["n"], "seconds": r["seconds"],
                     "counterexample": r["bad"][0]["scenario"] if r["bad"] else None}
@@ -497,11 +497,11 @@ class MutantCheck(OneRow):
 
 def _find_efficiency_loss(mutant: str, row_id: str) -> str | None:
     """Return the explain command of the first instance of a property row that holds under the spec and not under the
-    mutant's stages (what the mutant loses), over the small scope."""
+    mutant's rule set (what the mutant loses), over the small scope."""
     prop, rules = row_id.split("/", 1)
-    stages = next(m.stages for m in MUTANTS if m.name == mutant)
+    varied = next(m for m in MUTANTS if m.name == mutant).vary(get_rules(rules))
     for g in iterate_geometries(SCOPE_SMALL.dcps, SCOPE_SMALL.units, SCOPE_SMALL.max_q):
-        for spec, mine in zip(PROPERTIES[prop][1](g, rules, Memo()), PROPERTIES[prop][1](g, rules, Memo(stages))):
+        for spec, mine in zip(PROPERTIES[prop][1](g, rules, Memo()), PROPERTIES[prop][1](g, varied, Memo())):
             if spec.holds and not mine.holds:
                 return f"{format_explain_command(mine.scenario)}  # {mine.what} (the spec's rule: {spec.what})"
     return None
@@ -519,7 +519,7 @@ class PropertyCheck:
     sample: int = 1
     scope: Scope = SCOPE_SMALL
     budget_s: float = 5.0
-    mutant: str | None = None  # run under a mutant's stages (checks/verify/mutants.py) instead of the spec's
+    mutant: str | None = None  # run under a mutant's rule sets (checks/verify/mutants.py) instead of the spec's
 
     @property
     def id(self) -> str:
@@ -541,14 +541,13 @@ class PropertyCheck:
     def run(self, part: Any, fast: bool) -> Part:
         rows: dict[str, dict[str, Any]] = {rules: {"n": 0, "fails": 0, "above": 0, "bad": [], "seconds": 0.0}
                                            for rules, e, _ in self.rows if e == PROPERTY_HOLDS or not fast}
-        stages = SPEC_STAGES
-        if self.mutant is not None:
-            stages = next(m.stages for m in MUTANTS if m.name == self.mutant)
+        mutant = next((m for m in MUTANTS if m.name == self.mutant), None) if self.mutant is not None else None
         for g in self.scope.sample(part, CHUNKS, self.sample * (self.scope.fast_every if fast else 1)):
-            memo = Memo(stages)  # this geometry's, under every rule set of the pass
+            memo = Memo()  # this geometry's, under every rule set of the pass
             for rules, r in rows.items():
                 t0 = time.perf_counter()
-                for inst in PROPERTIES[self.prop][1](g, rules, memo):
+                rs = get_rules(rules) if mutant is None else mutant.vary(get_rules(rules))
+                for inst in PROPERTIES[self.prop][1](g, rs, memo):
                     r["n"] += 1
                     r["above"] += inst.above_best
                     if not inst.holds:
@@ -599,7 +598,7 @@ def compute_property_checks(full: bool = False, mutant: str | None = None,
                             props: tuple[str, ...] | None = None) -> list[PropertyCheck]:
     """Return the rule-set table's property rows (checks/rulesets.py `properties`) as property checks: a property's rule
     sets of one sample in one pass, properties in PROPERTIES' order, rule sets in table order (every geometry and no
-    pinned count when `full`; only `props`, under a mutant's stages, when given)."""
+    pinned count when `full`; only `props`, under a mutant's rule sets, when given)."""
     passes: dict[tuple[str, int], list[tuple[str, str, int | None]]] = {}
     for p in PROPERTIES if props is None else [q for q in PROPERTIES if q in props]:
         for r in RULE_CHECKS:

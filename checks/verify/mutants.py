@@ -1,6 +1,9 @@
 """The known bugs of the family, re-introduced as named variants of the spec; each must be caught.
 
-A mutant replaces exactly one stage of the spec (checks judge it against the spec's own E).
+A mutant is a rule set evolved (``attrs.evolve(rule_set, **changes)``): one field of the rule set's data (the
+tail-key rule: the loader before #53324, which is also the ``legacy`` rule set's one change) or its steps (a replaced
+store, present, lookup, tails, plan, safe or retry step). The scenarios it is hunted on are each rule set's own; the
+checks judge its outcome against the spec's E of the unchanged scenario.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from kvspec.spec.lookup import (
 )
 from kvspec.spec.plan import LoadEntry, plan_load
 from kvspec.spec.rules import STORE_PR53324, TAIL_HIT, TAIL_STORED, RuleSet
-from kvspec.spec.scenario import SPEC_STAGES, Scenario, Stages, evaluate_scenario
+from kvspec.spec.scenario import SPEC_STAGES, Scenario, evaluate_scenario
 from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule
 from kvspec.spec.store import (
     Obj,
@@ -41,10 +44,6 @@ from kvspec.spec.types import Boundary, GroupId, Tokens
 
 def _descale(g: Geometry) -> Geometry:
     return attrs.evolve(g, parallel=Parallel(dcp=1))
-
-
-def _legacy_tails(g: Geometry, present: frozenset[Obj], n: Tokens, h: Tokens, rule: str = TAIL_STORED, lookahead: int = 0) -> Any:
-    return compute_tail_boundaries(g, present, n, h, TAIL_HIT, lookahead)
 
 
 def _no_dcp_lookup(g: Geometry, present: frozenset[Obj], n: Tokens, lookahead: int = 0) -> LookupResult:
@@ -185,17 +184,28 @@ def _tail_any_mamba_store(rules: RuleSet, g: Geometry, p: Tokens, schedule: Sche
 
 @attrs.frozen(kw_only=True)
 class Mutant:
-    """A known bug as a variant of the spec's stages; `closure` ones are hunted over partly failed loads. A store rule
-    that only stores less is safe: hunted, MAX-HIT sees it only because it judges against the spec's own E; were the
-    spec's store rule written that way, that E would shrink with it and only the cache-efficiency rows would notice —
-    so such a mutant's row runs those (`efficiency`: their properties; each of their rows in checks/rulesets.py, run
-    under the mutant's stages, must keep its measured result)."""
+    """A known bug as a variant of a rule set: `changes` are the fields evolved (`stages`: the steps replaced, as
+    attrs.evolve(SPEC_STAGES, step=...)); `closure` ones are hunted over partly failed loads. A store rule that only
+    stores less is safe: hunted, MAX-HIT sees it only because it judges against the spec's own E; were the spec's
+    store rule written that way, that E would shrink with it and only the cache-efficiency rows would notice — so such
+    a mutant's row runs those (`efficiency`: their properties; each of their rows in checks/rulesets.py, run under the
+    mutant's rule sets, must keep its measured result)."""
 
     name: str
     bug: str
-    stages: Stages
+    changes: Mapping[str, Any] = attrs.field(eq=False, hash=False)
     closure: bool = False
     efficiency: tuple[str, ...] = ()
+
+    def vary(self, rules: RuleSet) -> RuleSet:
+        """Return the rule set with the mutant's changes (attrs.evolve(rules, **changes))."""
+        return attrs.evolve(rules, **self.changes)
+
+    def vary_scenario(self, scenario: Scenario) -> Scenario:
+        """Return the scenario under the mutant: its rule set and every stored request's own (a mixed fleet's)
+        evolved."""
+        return attrs.evolve(scenario, rules=self.vary(scenario.rules), stored=tuple(
+            r if r.rules is None else attrs.evolve(r, rules=self.vary(r.rules)) for r in scenario.stored))
 
 
 def _keeps_hit(g: Geometry, present: frozenset[Obj], h: Tokens, plan: Any, ok: Any) -> Tokens:
@@ -206,42 +216,48 @@ def _retry_same_hit(failed_loads: int, safe: Tokens) -> Tokens | None:
     return None  # no cap: the failing hit is offered again
 
 
+def _steps(**steps: Any) -> dict[str, Any]:
+    """Return the changes of a mutant that replaces steps of the spec (the rule set's `stages`)."""
+    return {"stages": attrs.evolve(SPEC_STAGES, **steps)}
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(name="legacy-tail-key", bug="#53324: tail block keyed at the hit length",
-           stages=attrs.evolve(SPEC_STAGES, tails=_legacy_tails)),
+           changes={"tail_key": TAIL_HIT}),
     Mutant(name="no-dcp-scaling", bug="before #53324: hybrid lookup/load with unscaled attention spans",
-           stages=attrs.evolve(SPEC_STAGES, lookup=_no_dcp_lookup, tails=_no_dcp_tails, plan=_no_dcp_plan)),
+           changes=_steps(lookup=_no_dcp_lookup, tails=_no_dcp_tails, plan=_no_dcp_plan)),
     Mutant(name="first-attention-floor", bug="before #53324: only the first attention group truncated, with floor",
-           stages=attrs.evolve(SPEC_STAGES, plan=_first_attention_floor_plan)),
+           changes=_steps(plan=_first_attention_floor_plan)),
     Mutant(name="eagle-drop-on-load", bug="EAGLE drop applied again on the load side (apply_eagle=True)",
-           stages=attrs.evolve(SPEC_STAGES, plan=_drop_on_load_plan)),
+           changes=_steps(plan=_drop_on_load_plan)),
     Mutant(name="mamba-peek-margin", bug="#43559: a peek margin for Mamba",
-           stages=attrs.evolve(SPEC_STAGES, lookup=_mamba_margin_lookup)),
+           changes=_steps(lookup=_mamba_margin_lookup)),
     Mutant(name="rank0-only-lookup", bug="#46855: lookup checks only rank 0's keys",
-           stages=attrs.evolve(SPEC_STAGES, present=_rank0_present)),
+           changes=_steps(present=_rank0_present)),
     Mutant(name="no-rederive-below-n", bug="#43494/#49481: full-prompt hit not re-derived below N",
-           stages=attrs.evolve(SPEC_STAGES, lookup=_no_rederive_lookup)),
+           changes=_steps(lookup=_no_rederive_lookup)),
     Mutant(name="tail-scan-backward", bug="the tail scan going backwards instead of forwards",
-           stages=attrs.evolve(SPEC_STAGES, tails=_backward_tails)),
+           changes=_steps(tails=_backward_tails)),
     Mutant(name="eagle-drop-twice", bug="the EAGLE drop taken twice: a shorter hit than E allows (safe, not best)",
-           stages=attrs.evolve(SPEC_STAGES, lookup=_double_drop_lookup)),
+           changes=_steps(lookup=_double_drop_lookup)),
     Mutant(name="tail-scan-largest", bug="the tail key at the largest stored boundary of h's block (safe, not smallest)",
-           stages=attrs.evolve(SPEC_STAGES, tails=_largest_tails)),
+           changes=_steps(tails=_largest_tails)),
     Mutant(name="closure-keeps-hit", bug="#53730/#48216: a failed block still counted (no closure)",
-           stages=attrs.evolve(SPEC_STAGES, safe=_keeps_hit), closure=True),
+           changes=_steps(safe=_keeps_hit), closure=True),
     Mutant(name="closure-retry-same-hit", bug="#55297: the failing hit offered again (no retry cap)",
-           stages=attrs.evolve(SPEC_STAGES, retry=_retry_same_hit), closure=True),
+           changes=_steps(retry=_retry_same_hit), closure=True),
     Mutant(name="closure-safe-zero", bug="any failed block discards the whole hit (safe, but not the largest boundary)",
-           stages=attrs.evolve(SPEC_STAGES, safe=_safe_zero), closure=True),
+           changes=_steps(safe=_safe_zero), closure=True),
     Mutant(name="store-tail-any-mamba", bug="the sub-block tail dropped when T is a multiple of any Mamba block size "
                                             "(the PR: of every one); safe, stores less",
-           stages=attrs.evolve(SPEC_STAGES, store=_tail_any_mamba_store), efficiency=("RESEND",)),
+           changes=_steps(store=_tail_any_mamba_store), efficiency=("RESEND",)),
 )
 
 
 def compute_mutant_violations(mutant: Mutant, scenario: Scenario) -> tuple[str, ...]:
-    """Return the checks a mutant's outcome on one scenario violates (a spec error counts as I-18)."""
-    out = evaluate_scenario(scenario, mutant.stages)
+    """Return the checks a mutant's outcome on one scenario violates, judged on the unchanged scenario (a spec error
+    counts as I-18)."""
+    out = evaluate_scenario(mutant.vary_scenario(scenario))
     bad = compute_violations(scenario, out)
     return bad + (("I-18",) if out.error is not None and "I-18" not in bad else ())
 
