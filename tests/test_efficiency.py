@@ -117,10 +117,9 @@ def test_a_store_rule_that_stores_less_is_caught_by_the_efficiency_rows():
 def test_a_refuted_row_keeps_its_measured_count():
     """A refuted efficiency row fails when its refutation count moves (either way), naming both counts; without a
     pinned count (make verify-full) only holds / refuted is judged."""
-    from kvspec.checks.verify.manifest import PropertyCheck
-    part = {"rows": {"pr53324": {"n": 100, "fails": 7, "above": 0, "bad": [{"command": "kvspec explain …",
-                                                                             "what": "h 0 vs best 1"}],
-                                 "seconds": 0.1}}}
+    from kvspec.checks.verify.manifest import Count, PassPart, PropertyCheck
+    part = PassPart(rows={"pr53324": Count(n=100, fails=7, seconds=0.1, bad=[{"command": "kvspec explain …",
+                                                                                "what": "h 0 vs best 1"}])})
     for count, ok in ((7, True), (6, False), (8, False), (None, True)):
         (row,) = PropertyCheck(prop="RESEND", rows=(("pr53324", "refuted", count),)).render([part])
         assert row.ok is ok, (count, row)

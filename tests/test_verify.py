@@ -62,14 +62,13 @@ def test_a_row_that_checked_nothing_fails():
     """An exhaustive, link or property row over no input shows nothing: it fails instead of passing."""
     from kvspec.checks.verify.exhaustive import SCOPE_SMALL
     from kvspec.checks.verify.link import LINK_SCOPE
-    from kvspec.checks.verify.manifest import ExhaustiveCheck, LinkCheck, PropertyCheck
-    empty = {"n": 0, "bad": [], "fails": 0, "above": 0, "seconds": 0.0}
-    nothing = {**empty, "rows": [{"n": 0, "judged": 0, "bad": [], "seconds": 0.0}]}  # an exhaustive pass, one scope
+    from kvspec.checks.verify.manifest import Count, ExhaustiveCheck, LinkCheck, PassPart, PropertyCheck
+    nothing = PassPart(rows=(Count(),))  # a pass over one scope that met no input
     assert not ExhaustiveCheck(rows=(("E", SCOPE_SMALL),)).render([nothing])[0].ok
     assert not LinkCheck(rows=(("L", "lookup"),), scope=LINK_SCOPE).render([nothing])[0].ok
-    no_instance = {**empty, "rows": {"vllm-0.33.0": {**empty, "bad": []}}}
+    no_instance = PassPart(rows={"vllm-0.33.0": Count()})
     assert not PropertyCheck(prop="RESEND", rows=(("vllm-0.33.0", "holds", None),)).render([no_instance])[0].ok
-    assert ExhaustiveCheck(rows=(("E", SCOPE_SMALL),)).render([{**nothing, "rows": [{**nothing["rows"][0], "n": 1}]}])[0].ok
+    assert ExhaustiveCheck(rows=(("E", SCOPE_SMALL),)).render([PassPart(rows=(Count(n=1),))])[0].ok
 
 
 def test_a_shared_pass_is_listed_by_row_and_selected_by_any_of_its_rows(capsys):
@@ -87,3 +86,32 @@ def test_a_shared_pass_is_listed_by_row_and_selected_by_any_of_its_rows(capsys):
     assert picked == {"FAIL-exhaustive"}
     fail = next(c for c in manifest if c.id == "FAIL-exhaustive")
     assert fail.row_ids == ("FAIL-exhaustive", "FAIL-exhaustive/vllm-0.33.0", "FAIL-exhaustive/vllm-0.33.0-lookahead")
+
+
+def test_each_check_returns_a_typed_part_with_its_own_summary():
+    """Issue 27: a part is a typed value (a theorem's verdict, a pass's counts, a mutant's hunt), each with its own
+    progress summary; a row says which report total it adds to (not its id's prefix)."""
+    from kvspec.checks.verify.manifest import (
+        EXHAUSTIVE_INPUTS,
+        LINK_INPUTS,
+        Count,
+        MutantPart,
+        PassPart,
+        TheoremPart,
+        compute_manifest,
+    )
+    from kvspec.checks.verify.runner import collect, summarize
+    assert TheoremPart(answer="proved", ok=True, seconds=1.0, queries=2, rlimit_used=3, reason=None,
+                       model=None).summary() == "proved"
+    assert PassPart(rows=(Count(n=3, bad=["x"]), Count(n=4))).summary() == "7 checked, 1 counterexamples"
+    assert PassPart(rows={"a": Count(n=2, seconds=0.5)}).seconds == 0.5
+    assert MutantPart(caught_by=(), tried=9, seconds=0.0, counterexample=None).summary() == "not caught"
+    rows = collect(fast=True, processes=1, only=("LINK-best", "EXHAUSTIVE/vllm-0.34.0", "FAIL-exhaustive"))
+    tallies = {r.id: r.tally for r in rows}
+    assert tallies["LINK-best"] == LINK_INPUTS and tallies["EXHAUSTIVE/vllm-0.34.0"] == EXHAUSTIVE_INPUTS
+    assert tallies["FAIL-exhaustive"] is None  # load results, not scenarios: no total of its own
+    totals = summarize(rows, fast=True)["totals"]
+    assert totals["link_inputs"] == next(r.detail["scenarios"] for r in rows if r.id == "LINK-best") > 0
+    assert totals["exhaustive_scenarios"] == sum(r.detail["scenarios"] for r in rows if r.id.startswith("EXHAUSTIVE"))
+    assert "tally" not in summarize(rows, fast=True)["rows"][0]
+    assert len({type(c).__name__ for c in compute_manifest()}) >= 6

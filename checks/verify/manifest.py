@@ -58,11 +58,14 @@ from kvspec.spec.limits import compute_longest_prompt
 from kvspec.spec.rules import PR53324, STORE_PR53324, get_rules
 from kvspec.spec.scenario import evaluate_scenario
 
-Part = dict[str, Any]  # what one part of a check returns (plain data: it crosses a process boundary)
 FAST_THEOREMS = ("I-1/2", "I-6", "CONTENT-KEY", "CONTENT-KEY@legacy-hashes", "LEMMA-MAMBA", "I-14", "I-18", "I-20",
                  "LEGACY-D1-SAFE", "LEGACY-I-20")
 CHUNKS = 12  # an exhaustive scope is split into this many parts (geometries k, k + 12, ...)
 MAX_FAILURES = 3  # failures a row keeps
+
+
+EXHAUSTIVE_INPUTS = "exhaustive_scenarios"  # the registry's exhaustive rows' scenarios (a report total)
+LINK_INPUTS = "link_inputs"  # the closed-form links' inputs (a report total)
 
 
 class Method(enum.StrEnum):
@@ -86,12 +89,86 @@ class Row:
     ok: bool
     seconds: float
     detail: dict[str, Any] = attrs.field(factory=dict)
+    tally: str | None = None  # the report total its detail["scenarios"] adds to (EXHAUSTIVE_INPUTS, LINK_INPUTS)
 
     def to_json(self) -> dict[str, Any]:
         """Return the row as the JSON object `kvspec verify --json` prints (detail keys flattened in)."""
         base = {"id": self.id, "method": str(self.method), "statement": self.statement, "expected": self.expected,
                 "result": self.result, "ok": self.ok, "seconds": round(self.seconds, 3)}
         return {**base, **self.detail}
+
+
+@attrs.define(kw_only=True)
+class Count:
+    """What one part found for one row of a pass: inputs checked, counterexamples kept, seconds; an exhaustive row's
+    inputs evaluated afresh (the rest took an equal verdict key's verdict), a property row's refutations and hits
+    above the physical best."""
+
+    n: int = 0
+    bad: list[Any] = attrs.field(factory=list)
+    seconds: float = 0.0
+    judged: int = 0
+    fails: int = 0
+    above: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class PassPart:
+    """A pass's part (exhaustive, link, property, Hypothesis): its rows' counts — in row order, or by rule set for a
+    property pass, which `verify --fast` runs for some of its rule sets only."""
+
+    rows: tuple[Count, ...] | dict[str, Count]
+
+    def counts(self) -> list[Count]:
+        """Return the rows' counts."""
+        return list(self.rows.values()) if isinstance(self.rows, dict) else list(self.rows)
+
+    def summary(self) -> str:
+        """Return the progress line's result: inputs checked, counterexamples."""
+        return (f"{sum(c.n for c in self.counts())} checked, "
+                f"{sum(len(c.bad) for c in self.counts())} counterexamples")
+
+    @property
+    def seconds(self) -> float:
+        """Return the seconds of every row of the part."""
+        return sum(c.seconds for c in self.counts())
+
+
+@attrs.frozen(kw_only=True)
+class TheoremPart:
+    """A theorem's verdict: Z3's answer, whether it is the expected one, seconds, queries, the resource used, why an
+    unknown is unknown, a model (counterexample) and its `kvspec explain` command."""
+
+    answer: str
+    ok: bool
+    seconds: float
+    queries: int
+    rlimit_used: int
+    reason: str | None
+    model: dict[str, int] | None
+    command: str | None = None
+
+    def summary(self) -> str:
+        """Return the progress line's result: Z3's answer."""
+        return self.answer
+
+
+@attrs.frozen(kw_only=True)
+class MutantPart:
+    """A mutant's hunt: the checks that caught it (none: not caught), inputs tried, seconds, the first catching
+    input."""
+
+    caught_by: tuple[str, ...]
+    tried: int
+    seconds: float
+    counterexample: str | None
+
+    def summary(self) -> str:
+        """Return the progress line's result: caught or not."""
+        return "caught" if self.caught_by else "not caught"
+
+
+Part = TheoremPart | PassPart | MutantPart  # what one part of a check returns (it crosses a process boundary)
 
 
 class Check(Protocol):
@@ -139,12 +216,6 @@ class SharedPass:
         return tuple(rid for rid, _ in self.rows)
 
 
-def _pass_part(rows: Any, per_row: list[dict[str, Any]]) -> Part:
-    """Return a shared pass's part: its rows' results (`rows`, as the check renders them) and their totals."""
-    return {"n": sum(r["n"] for r in per_row), "bad": [b for r in per_row for b in r["bad"]],
-            "seconds": sum(r["seconds"] for r in per_row), "rows": rows}
-
-
 @functools.lru_cache(maxsize=1)
 def _theorems() -> dict[str, Any]:
     return {t.name: t for t in compute_theorems()}
@@ -167,30 +238,27 @@ class TheoremCheck(OneRow):
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return (None,)
 
-    def run(self, part: Any, fast: bool) -> Part:
+    def run(self, part: Any, fast: bool) -> TheoremPart:
         th = _theorems()[self.id]
         v = prove(th)
-        out: Part = {"answer": v.answer, "ok": v.ok, "seconds": v.seconds, "queries": v.queries,
-                     "rlimit_used": v.rlimit_used, "reason": v.reason, "model": v.model}
-        if v.model is not None and th.explain is not None:
-            out["command"] = th.explain(v.model)
-        return out
+        return TheoremPart(answer=v.answer, ok=v.ok, seconds=v.seconds, queries=v.queries, rlimit_used=v.rlimit_used,
+                           reason=v.reason, model=v.model,
+                           command=th.explain(v.model) if v.model is not None and th.explain is not None else None)
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
-        th, r = _theorems()[self.id], results[0]
+        th, r = _theorems()[self.id], cast(TheoremPart, results[0])
         detail: dict[str, Any] = {"rests_on": th.rests_on, "budget_s": th.budget_s, "precondition": th.precondition,
-                                  "queries": r["queries"], "rlimit": th.rlimit, "rlimit_used": r["rlimit_used"]}
-        if r["model"] is not None:
-            detail["counterexample"] = r["model"]
-        if "command" in r:
-            detail["command"] = r["command"]
-        if r["reason"]:
-            detail["reason"] = r["reason"]
-        if not r["ok"]:
-            detail["failures"] = [{"id": self.id, "result": r["answer"], "reason": r["reason"],
-                                   "counterexample": r["model"]}]
+                                  "queries": r.queries, "rlimit": th.rlimit, "rlimit_used": r.rlimit_used}
+        if r.model is not None:
+            detail["counterexample"] = r.model
+        if r.command is not None:
+            detail["command"] = r.command
+        if r.reason:
+            detail["reason"] = r.reason
+        if not r.ok:
+            detail["failures"] = [{"id": self.id, "result": r.answer, "reason": r.reason, "counterexample": r.model}]
         return (Row(id=self.id, method=Method.Z3, statement=th.statement, expected=th.expected,
-                   result=r["answer"] + ("" if r["ok"] else " FAIL"), ok=r["ok"], seconds=r["seconds"], detail=detail),)
+                   result=r.answer + ("" if r.ok else " FAIL"), ok=r.ok, seconds=r.seconds, detail=detail),)
 
 
 def _registry_ids() -> str:
@@ -248,20 +316,21 @@ class Judge:
     finish: Callable[[Any, Any], Found]  # (scenario, verdict) -> what it found in that scenario
     statement: Callable[[Scope], str]  # the row's statement
     inputs: str  # what the row counts
+    tally: str | None  # the report total the row's inputs add to
 
 
 JUDGES: dict[str, Judge] = {
     "registry": Judge(_judge_registry, _finish_registry,
                       lambda scope: f"registry ({_registry_ids()}) on every scenario of the scope "
-                      f"'{scope.name}': {scope.describe()}", "scenarios"),
+                      f"'{scope.name}': {scope.describe()}", "scenarios", EXHAUSTIVE_INPUTS),
     "failure": Judge(_judge_failures, lambda sc, found: found,
                      lambda scope: "failure closure F-1, F-2, F-3, F-4, F-7, F-MAX for every "
                      f"single-block failure and total failure, every scenario with a hit of: {scope.describe()}",
-                     "load results"),
+                     "load results", None),
 }
 
 
-def _run_failures(scope: Scope, mutant: Mutant, fast: bool, stop_at_first: bool) -> Part:
+def _run_failures(scope: Scope, mutant: Mutant, fast: bool, stop_at_first: bool) -> Count:
     """Return the failure closure judged under a closure mutant on every scenario of a scope."""
     t0, n, bad = time.perf_counter(), 0, []
     for k, sc in enumerate(scope.iterate()):
@@ -272,7 +341,7 @@ def _run_failures(scope: Scope, mutant: Mutant, fast: bool, stop_at_first: bool)
         bad += [{"violated": v, "scenario": repr(sc), "ok": ok} for v, ok in found]
         if bad and (stop_at_first or len(bad) >= MAX_FAILURES):
             break
-    return {"n": n, "bad": bad, "seconds": time.perf_counter() - t0}
+    return Count(n=n, bad=bad, seconds=time.perf_counter() - t0)
 
 
 @attrs.frozen(kw_only=True)
@@ -297,40 +366,38 @@ class ExhaustiveCheck(SharedPass):
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return tuple(range(self.chunks))
 
-    def run(self, part: Any, fast: bool) -> Part:
+    def run(self, part: Any, fast: bool) -> PassPart:
         j, k = JUDGES[self.judge], len(self.rows)
-        n, judged, secs = [0] * k, [0] * k, [0.0] * k
-        bad: list[list[dict[str, Any]]] = [[] for _ in range(k)]
+        counts = tuple(Count() for _ in range(k))
         scope = self.rows[0][1]
         for g in scope.sample(part, self.chunks, scope.fast_every if fast else 1):
             verdicts: dict[tuple[Any, ...], Any] = {}  # this geometry's, under every rule set of the pass
-            for i, (_, scope) in enumerate(self.rows):
+            for (_, scope), c in zip(self.rows, counts):
                 t0 = time.perf_counter()
                 for sc in scope.scenarios(g):
-                    if len(bad[i]) >= MAX_FAILURES:
+                    if len(c.bad) >= MAX_FAILURES:
                         break
                     key = compute_verdict_key(sc)
                     fresh = key not in verdicts
                     if fresh:
                         verdicts[key] = j.judge(sc)
                     found = j.finish(sc, verdicts[key])
-                    n[i] += found[0]
-                    judged[i] += found[0] if fresh else 0
+                    c.n += found[0]
+                    c.judged += found[0] if fresh else 0
                     if found[1]:
-                        bad[i] += [{"violated": v, "scenario": repr(sc), **({"ok": ok} if ok is not None else {})}
-                                   for v, ok in found[1]]
-                secs[i] += time.perf_counter() - t0
-        per_row = [{"n": n[i], "judged": judged[i], "bad": bad[i], "seconds": secs[i]} for i in range(k)]
-        return _pass_part(per_row, per_row)
+                        c.bad += [{"violated": v, "scenario": repr(sc), **({"ok": ok} if ok is not None else {})}
+                                  for v, ok in found[1]]
+                c.seconds += time.perf_counter() - t0
+        return PassPart(rows=counts)
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         rows, j = [], JUDGES[self.judge]
         for i, (rid, scope) in enumerate(self.rows):
-            mine = [r["rows"][i] for r in results]
-            n, judged, bad = sum(r["n"] for r in mine), sum(r["judged"] for r in mine), [b for r in mine for b in r["bad"]]
+            mine = [cast(PassPart, r).counts()[i] for r in results]
+            n, judged, bad = sum(c.n for c in mine), sum(c.judged for c in mine), [b for c in mine for b in c.bad]
             rows.append(Row(id=rid, method=Method.EXHAUSTIVE, statement=j.statement(scope), expected="none found",
                             result=f"{n} {j.inputs}, {len(bad)} violations", ok=n > 0 and not bad,
-                            seconds=sum(r["seconds"] for r in mine),
+                            seconds=sum(c.seconds for c in mine), tally=j.tally,
                             detail={"scenarios": n, "evaluated": judged, "scope": scope.name, "rules": scope.rules,
                                     "failures": bad[:MAX_FAILURES]}))
         return tuple(rows)
@@ -361,41 +428,38 @@ class LinkCheck(SharedPass):
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return (None,)
 
-    def run(self, part: Any, fast: bool) -> Part:
-        k = len(self.rows)
-        n, secs = [0] * k, [0.0] * k
-        bad: list[list[str]] = [[] for _ in range(k)]
+    def run(self, part: Any, fast: bool) -> PassPart:
+        counts = tuple(Count() for _ in self.rows)
         for j, x in enumerate(self.scope.iterate()):
             if fast and j % 7:
                 continue
-            for i, (_, what) in enumerate(self.rows):
-                if bad[i]:  # a row stops at its first difference
+            for (_, what), c in zip(self.rows, counts):
+                if c.bad:  # a row stops at its first difference
                     continue
                 t0 = time.perf_counter()
                 if what == "schedules":  # one input per (closed-form input, schedule)
-                    n[i] += len(self.scope.schedules)
+                    c.n += len(self.scope.schedules)
                     r = next((d for sch in self.scope.schedules
                               if (d := compare_schedule(x, sch, self.scope.draft, self.rule))), None)
                 else:
-                    n[i] += 1
+                    c.n += 1
                     r = (compare_failure(x, self.rule) if what == "failure" else compare_best(x, self.rule)
                          if what == "best" else compare(x, self.scope.draft, self.rule))
                 if r:
-                    bad[i].append(r)
-                secs[i] += time.perf_counter() - t0
-        per_row = [{"n": n[i], "bad": bad[i], "seconds": secs[i]} for i in range(k)]
-        return _pass_part(per_row, per_row)
+                    c.bad.append(r)
+                c.seconds += time.perf_counter() - t0
+        return PassPart(rows=counts)
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         rows = []
         for i, (rid, what) in enumerate(self.rows):
-            r = results[0]["rows"][i]
+            r = cast(PassPart, results[0]).counts()[i]
             text = LINK_WHAT[what] + (f" under {self.rule}'s store rule"
                                       if get_rules(self.rule).store != STORE_PR53324 else "")
             rows.append(Row(id=rid, method=Method.EXHAUSTIVE, statement=f"{text} on every input of: {self.scope.describe()}",
-                            expected="none found", result=f"{r['n']} inputs, {len(r['bad'])} differences",
-                            ok=r["n"] > 0 and not r["bad"], seconds=r["seconds"],
-                            detail={"scenarios": r["n"], "failures": r["bad"]}))
+                            expected="none found", result=f"{r.n} inputs, {len(r.bad)} differences",
+                            ok=r.n > 0 and not r.bad, seconds=r.seconds, detail={"scenarios": r.n, "failures": r.bad},
+                            tally=LINK_INPUTS))
         return tuple(rows)
 
 
@@ -412,7 +476,7 @@ class LinkHypothesisCheck(OneRow):
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return (None,)
 
-    def run(self, part: Any, fast: bool) -> Part:
+    def run(self, part: Any, fast: bool) -> PassPart:
         from hypothesis import HealthCheck, given, settings
         from hypothesis import strategies as st
 
@@ -442,16 +506,15 @@ class LinkHypothesisCheck(OneRow):
             agree()
         except AssertionError as exc:
             bad.append(str(exc).splitlines()[0])
-        return {"n": seen["n"], "bad": bad, "seconds": time.perf_counter() - t0}
+        return PassPart(rows=(Count(n=seen["n"], bad=bad, seconds=time.perf_counter() - t0),))
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
-        r = results[0]
+        r = cast(PassPart, results[0]).counts()[0]
         return (Row(id=self.id, method=Method.HYPOTHESIS, statement="closed form == executable fixed point (h, tail "
                    f"boundaries) under {self.rule}'s store rule, u ≤ 256, b ≤ 16u, D ≤ 16, P and N ≤ 10^6, with and "
                    "without a draft group",
-                   expected="none found", result=f"{r['n']} inputs, {len(r['bad'])} differences",
-                   ok=r["n"] > 0 and not r["bad"],
-                   seconds=r["seconds"], detail={"scenarios": r["n"], "failures": r["bad"]}),)
+                   expected="none found", result=f"{r.n} inputs, {len(r.bad)} differences", ok=r.n > 0 and not r.bad,
+                   seconds=r.seconds, detail={"scenarios": r.n, "failures": r.bad}, tally=LINK_INPUTS),)
 
 
 @attrs.frozen(kw_only=True)
@@ -469,30 +532,29 @@ class MutantCheck(OneRow):
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return (None,)
 
-    def run(self, part: Any, fast: bool) -> Part:
+    def run(self, part: Any, fast: bool) -> MutantPart:
         m, t0 = self._mutant(), time.perf_counter()
         if m.efficiency:  # a safe store rule that stores less: the efficiency rows under its rule sets must move
             rows = [row for check in compute_property_checks(mutant=m.name, props=m.efficiency)
                     for row in check.render([check.run(p, False) for p in check.parts(False)])]
             bad = [row for row in rows if not row.ok]
-            return {"caught_by": [row.id for row in bad], "tried": sum(row.detail["scenarios"] for row in rows),
-                    "seconds": time.perf_counter() - t0,
-                    "counterexample": _find_efficiency_loss(m.name, bad[0].id) if bad else None}
+            return MutantPart(caught_by=tuple(row.id for row in bad), tried=sum(row.detail["scenarios"] for row in rows),
+                              seconds=time.perf_counter() - t0,
+                              counterexample=_find_efficiency_loss(m.name, bad[0].id) if bad else None)
         if m.closure:
             r = _run_failures(SCOPE_FAILURE, m, fast=False, stop_at_first=True)
-            caught = sorted({v for b in r["bad"] for v in b["violated"]})
-            return {"caught_by": caught, "tried": r["n"], "seconds": r["seconds"],
-                    "counterexample": r["bad"][0]["scenario"] if r["bad"] else None}
+            return MutantPart(caught_by=tuple(sorted({v for b in r.bad for v in b["violated"]})), tried=r.n,
+                              seconds=r.seconds, counterexample=r.bad[0]["scenario"] if r.bad else None)
         caught_by, sc, n = hunt(m, SCOPE_MUTANTS.iterate())
-        return {"caught_by": list(caught_by), "tried": n, "seconds": time.perf_counter() - t0,
-                "counterexample": format_explain_command(sc) if sc is not None else None}
+        return MutantPart(caught_by=tuple(caught_by), tried=n, seconds=time.perf_counter() - t0,
+                          counterexample=format_explain_command(sc) if sc is not None else None)
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
-        r, m = results[0], self._mutant()
-        ok = bool(r["caught_by"])
+        r, m = cast(MutantPart, results[0]), self._mutant()
+        ok = bool(r.caught_by)
         return (Row(id=self.id, method=Method.MUTANT, statement=m.bug, expected="caught",
-                   result=f"caught by {', '.join(r['caught_by'])}" if ok else "NOT CAUGHT", ok=ok,
-                   seconds=r["seconds"], detail={"tried": r["tried"], "counterexample": r["counterexample"]}),)
+                   result=f"caught by {', '.join(r.caught_by)}" if ok else "NOT CAUGHT", ok=ok,
+                   seconds=r.seconds, detail={"tried": r.tried, "counterexample": r.counterexample}),)
 
 
 def _find_efficiency_loss(mutant: str, row_id: str) -> str | None:
@@ -538,9 +600,8 @@ class PropertyCheck:
     def parts(self, fast: bool) -> tuple[Any, ...]:
         return tuple(range(CHUNKS))
 
-    def run(self, part: Any, fast: bool) -> Part:
-        rows: dict[str, dict[str, Any]] = {rules: {"n": 0, "fails": 0, "above": 0, "bad": [], "seconds": 0.0}
-                                           for rules, e, _ in self.rows if e == PROPERTY_HOLDS or not fast}
+    def run(self, part: Any, fast: bool) -> PassPart:
+        rows = {rules: Count() for rules, e, _ in self.rows if e == PROPERTY_HOLDS or not fast}
         mutant = next((m for m in MUTANTS if m.name == self.mutant), None) if self.mutant is not None else None
         for g in self.scope.sample(part, CHUNKS, self.sample * (self.scope.fast_every if fast else 1)):
             memo = Memo()  # this geometry's, under every rule set of the pass
@@ -548,23 +609,23 @@ class PropertyCheck:
                 t0 = time.perf_counter()
                 rs = get_rules(rules) if mutant is None else mutant.vary(get_rules(rules))
                 for inst in PROPERTIES[self.prop][1](g, rs, memo):
-                    r["n"] += 1
-                    r["above"] += inst.above_best
+                    r.n += 1
+                    r.above += inst.above_best
                     if not inst.holds:
-                        r["fails"] += 1
-                        if not r["bad"]:
-                            r["bad"].append({"command": format_explain_command(inst.scenario), "what": inst.what})
-                r["seconds"] += time.perf_counter() - t0
-        return _pass_part(rows, list(rows.values()))  # keyed by rule set: --fast leaves some out
+                        r.fails += 1
+                        if not r.bad:
+                            r.bad.append({"command": format_explain_command(inst.scenario), "what": inst.what})
+                r.seconds += time.perf_counter() - t0
+        return PassPart(rows=rows)  # keyed by rule set: --fast leaves some out
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         out = []
         for rules, expected, count in self.rows:
-            mine = [r["rows"][rules] for r in results if rules in r["rows"]]
+            mine = [c for r in results if (c := cast(dict[str, Count], cast(PassPart, r).rows).get(rules))]
             if not mine:  # not run (verify --fast leaves out the rows expected refuted)
                 continue
-            n, fails, above = (sum(r[k] for r in mine) for k in ("n", "fails", "above"))
-            first = next((r["bad"][0] for r in mine if r["bad"]), None)
+            n, fails, above = sum(c.n for c in mine), sum(c.fails for c in mine), sum(c.above for c in mine)
+            first = next((c.bad[0] for c in mine if c.bad), None)
             holds = fails == 0
             # no instance: nothing shown, a failure; a refuted row keeps its measured count (a store or lookup rule
             # that loses more, or less, cache than it did is a change worth a look, even when it stays safe)
@@ -587,7 +648,7 @@ class PropertyCheck:
             every = f"one geometry in {self.sample} of " if self.sample > 1 else ""
             out.append(Row(id=f"{self.prop}/{rules}", method=Method.EXHAUSTIVE, statement=f"{PROPERTIES[self.prop][0]} "
                            f"[rules {rules}; {every}the scope '{self.scope.name}']", expected=expected, result=result,
-                           ok=ok, seconds=sum(r["seconds"] for r in mine), detail=detail))
+                           ok=ok, seconds=sum(c.seconds for c in mine), detail=detail))
         return tuple(out)
 
 

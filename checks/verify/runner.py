@@ -21,7 +21,15 @@ from xml.etree import ElementTree as ET
 
 from kvspec.checks.calibration import format_calibrated, measure_calibration, measure_cpu_seconds
 from kvspec.checks.output import write_output_file
-from kvspec.checks.verify.manifest import Check, Method, Part, Row, compute_manifest
+from kvspec.checks.verify.manifest import (
+    EXHAUSTIVE_INPUTS,
+    LINK_INPUTS,
+    Check,
+    Method,
+    Part,
+    Row,
+    compute_manifest,
+)
 from kvspec.checks.verify.prove import SCOPE
 from kvspec.spec.errors import SpecError
 
@@ -56,9 +64,7 @@ def _run_task(task: Task) -> tuple[Task, Part]:
 
 def _progress(check: Check, part: Part, done: int, total: int, t0: float) -> None:
     """Print one line on stderr as a part ends: its check, result, elapsed time, parts left."""
-    what = part.get("answer") or (f"{part['n']} checked, {len(part['bad'])} counterexamples" if "n" in part else
-                                  ("caught" if part.get("caught_by") else "not caught"))
-    print(f"verify: [{done}/{total}] {check.id}: {what} ({part.get('seconds', 0):.1f} s; "
+    print(f"verify: [{done}/{total}] {check.id}: {part.summary()} ({part.seconds:.1f} s; "
           f"{time.perf_counter() - t0:.0f} s elapsed, {total - done} parts left)", file=sys.stderr, flush=True)
 
 
@@ -114,8 +120,8 @@ def summarize(rows: list[Row], fast: bool) -> dict[str, Any]:
                        "z3_proved": sum(r.result == "proved" for r in z3rows),
                        "z3_refuted": sum(r.result == "refuted" for r in z3rows),
                        "z3_unknown": sum(r.result.startswith("unknown") for r in z3rows),
-                       "exhaustive_scenarios": sum(r.detail["scenarios"] for r in rows if r.id.startswith("EXHAUSTIVE")),
-                       "link_inputs": sum(r.detail["scenarios"] for r in rows if r.id.startswith("LINK")),
+                       **{t: sum(r.detail["scenarios"] for r in rows if r.tally == t)
+                          for t in (EXHAUSTIVE_INPUTS, LINK_INPUTS)},
                        "mutants": len(mutants), "mutants_caught": sum(r.ok for r in mutants)}}
 
 
