@@ -162,7 +162,7 @@ class RankEngine:
         return _render(self.fields, group, chain[boundary // self.g.unit - 1].hex(), self.model_name, self.cache_prefix)
 
     # ---------------------------------------------------------------- prefill
-    def _owned(self, n_tokens: int, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def owned_rows(self, n_tokens: int, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Return (positions, block index, slot) of this rank's tokens among the first n of an attention group."""
         s, d, il = self.spans[group], self.g.parallel.dcp, self.g.parallel.interleave
         pos = torch.arange(n_tokens)
@@ -197,7 +197,7 @@ class RankEngine:
         for i, gr in enumerate(self.g.groups):
             if gr.kind == "attention":
                 values = self.model.attention_kv(tokens, i, draft=gr.eagle, sampled=sampled)
-                pos, blk, slot = self._owned(n, i)
+                pos, blk, slot = self.owned_rows(n, i)
                 kv.tensors[i][blk.to(self.device), slot.to(self.device)] = values[pos].to(self.device)
                 continue
             b = gr.block_size
@@ -456,48 +456,6 @@ class RankEngine:
             if all((m, t) in found for m in mambas):
                 return t
         return 0
-
-    # ---------------------------------------------------------------- verification
-    def compare_with_cold(self, tokens: Sequence[int], hit: int, loaded: RequestKV, plan: Sequence[Sequence[int]],
-                          ok: Sequence[bool], mamba: bool = True) -> tuple[int, int, int]:
-        """Return (bytes compared, bytes wrong, draft-lookahead bytes wrong) of [0, hit) against a cold prefill.
-
-        Only blocks `ok` marks loaded are compared. For an EAGLE (draft) group the KV at position
-        k - 1 of a block keyed at boundary k <= hit depends on token k, which the key H_k does not
-        cover: a mismatch there is the draft-lookahead hazard, counted apart; any other mismatch is wrong.
-        With lookahead keys (λ >= 1) the key covers token k: every mismatch is wrong.
-        """
-        if hit <= 0:
-            return 0, 0, 0
-        ok_blocks = {(int(i), int(b)) for (i, b, _), good in zip(plan, ok) if good}
-        cold = RequestKV(self.g, len(tokens), self.width, self.device)
-        self.prefill(tokens, cold)
-        compared = wrong = lookahead = 0
-        for i, gr in enumerate(self.g.groups):
-            if gr.kind == "attention":
-                pos, blk, slot = self._owned(hit, i)
-                keep = torch.tensor([(i, int(b)) in ok_blocks for b in blk.tolist()], dtype=torch.bool)
-                pos, blk, slot = pos[keep], blk[keep].to(self.device), slot[keep].to(self.device)
-                a, b = loaded.tensors[i][blk, slot], cold.tensors[i][blk, slot]
-                hazard = torch.zeros(len(pos), dtype=torch.bool)
-                if gr.eagle and self.lookahead == 0:
-                    edges = {int(k) - 1 for g, _, k in plan if g == i and k <= hit}
-                    hazard = torch.tensor([int(p) in edges for p in pos.tolist()], dtype=torch.bool)
-                row_bad = (a.view(torch.int32) != b.view(torch.int32)).any(dim=1).cpu()
-                row_bytes = self.width * 4
-                compared += len(pos) * row_bytes
-                wrong += int((row_bad & ~hazard).sum()) * row_bytes
-                lookahead += int((row_bad & hazard).sum()) * row_bytes
-            else:
-                bs = gr.block_size
-                c = (hit + bs - 1) // bs - 1
-                if not mamba or (i, c) not in ok_blocks:
-                    continue
-                a = loaded.tensors[i][c]
-                b = self.model.mamba_state(tokens, i, hit).to(self.device)
-                compared += a.numel() * 4
-                wrong += a.numel() * 4 if bool((a.view(torch.int32) != b.view(torch.int32)).any()) else 0
-        return compared, wrong, lookahead
 
 
 STORE_RULES: dict[str, Callable[[RankEngine, int], list[Obj]]] = {

@@ -58,7 +58,7 @@ class ModelRunner:
 
     # ---------------------------------------------------------------- cache layout
     def _owned(self, group: int, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        pos, blk, slot = self.eng._owned(hi, group)
+        pos, blk, slot = self.eng.owned_rows(hi, group)
         keep = pos >= lo
         return pos[keep], blk[keep], slot[keep]
 

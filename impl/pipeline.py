@@ -18,6 +18,7 @@ import torch
 
 from kvspec.spec.keys import compute_lookahead_chain
 
+from .cold_check import compare_with_cold
 from .engine import RankEngine, RequestKV, registered
 from .job import Job
 from .mooncake_store import MooncakeKV
@@ -102,7 +103,7 @@ class RankPipeline:
         self.process.all_reduce_min(bits)  # a block counts only if every rank loaded it
         everywhere = tuple(bool(x) for x in bits.tolist())
         safe = eng.safe_boundary(look.hit, ld.plan, everywhere, lambda objs: eng.probe_everywhere(objs, chain))
-        compared, wrong, draft = eng.compare_with_cold(tokens, safe, cold, ld.plan, everywhere, mamba=safe == look.hit)
+        compared, wrong, draft = compare_with_cold(eng, tokens, safe, cold, ld.plan, everywhere, mamba=safe == look.hit)
         return LoadCheck(load=ld, everywhere=everywhere, safe=safe, bytes_compared=compared, bytes_wrong=wrong,
                          draft_lookahead_bytes=draft, seconds=seconds)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from kvspec.impl.cold_check import compare_with_cold
 from kvspec.impl.engine import RankEngine, RequestKV
 from kvspec.impl.lookup import HybridLookup
 from kvspec.impl.worker import make_tokens
@@ -38,6 +39,6 @@ def test_draft_kv_of_a_shorter_writer_is_loaded_under_a_correct_key():
     cold = RequestKV(g, 120, 4, torch.device("cpu"))
     ld = eng.load(chain, h, tails, cold)
     assert not ld.failed
-    compared, wrong, lookahead = eng.compare_with_cold(base, h, cold, ld.plan, ld.loaded)
+    compared, wrong, lookahead = compare_with_cold(eng, base, h, cold, ld.plan, ld.loaded)
     assert wrong == 0  # every other byte, target and Mamba, is exact
     assert lookahead == 4 * 4  # exactly one position (96, the end of block H_97) of the draft group differs

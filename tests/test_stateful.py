@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvspec.checks.conform.adapters import compute_impl_store_rule
+from kvspec.impl.cold_check import compare_with_cold
 from kvspec.impl.engine import RankEngine, RequestKV
 from kvspec.impl.lookup import HybridLookup
 from kvspec.spec.failure import compute_retry_cap, compute_safe_boundary
@@ -125,8 +126,7 @@ class SpecVsImpl(RuleBasedStateMachine):
         impl_safe = self.engines[0].safe_boundary(h, results[0].plan, ok, probe)
         assert impl_safe == spec_safe, f"safe boundary impl {impl_safe} != spec {spec_safe}"
         for eng, ld, cold in zip(self.engines, results, colds):
-            cmp_, wrong, lookahead = eng.compare_with_cold(toks, spec_safe, cold, ld.plan, ok,
-                                                           mamba=spec_safe == h)
+            cmp_, wrong, lookahead = compare_with_cold(eng, toks, spec_safe, cold, ld.plan, ok, mamba=spec_safe == h)
             assert wrong == 0
             self.steps["bytes"] += cmp_
             self.steps["draft_lookahead_bytes"] += lookahead
