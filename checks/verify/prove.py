@@ -80,7 +80,6 @@ class Theorem:
     precondition: str = ""  # in words
     split: bool = False  # prove each conjunct of the claim as its own query (all must be proved)
     product_lemmas: bool = False  # add ground order facts of the claim's products (Z3Ops.compute_product_lemmas)
-    full_only: bool = False  # in make verify-full only (a proof too costly for make verify's budget)
     seeds: tuple[int, ...] = (0,)  # Z3 random seeds, tried in turn (each with the whole portfolio) while unknown
     attempts: tuple[tuple[str, int], ...] | None = None  # the theorem's own portfolio (default: ATTEMPTS)
     accumulate: bool = False  # with split: each conjunct's query assumes the conjuncts proved before it
