@@ -377,3 +377,30 @@ def test_any_schedule_theorems_cover_the_safety_rows_and_fail_for_a_schedule_dep
 
     v = prove(Theorem(name="hit-needs-block-schedule", statement="", build=build, div_vars=True))
     assert v.answer == "refuted" and v.model is not None
+
+
+def test_the_theorem_table_poses_every_claim_under_every_posing():
+    """Issue 27: the scenario, closure and resend theorems come from one table (claims × posings, expanded by
+    Claim.pose): every claim under the PR's rules and each vLLM rule set, again for every chunk schedule but where it
+    needs the block schedule; ids, statements and what they rest on follow the posing."""
+    from kvspec.checks.verify.prove import (
+        ANY_SCHEDULE_POSINGS,
+        BLOCK_POSINGS,
+        NEEDS_BLOCK_SCHEDULE,
+        THEOREM_TABLE,
+        Posing,
+    )
+    names = {t.name: t for t in compute_theorems()}
+    claims = {c.name: c for row, _ in THEOREM_TABLE for c in row}
+    for name, claim in claims.items():
+        for p in (*BLOCK_POSINGS, *ANY_SCHEDULE_POSINGS):
+            posed = claim.any_schedule or not p.schedule
+            assert (name + p.at in names) == posed, (name, p)
+            if posed:
+                th = names[name + p.at]
+                assert th.statement.startswith(claim.words) and th.statement.endswith("]")
+                assert (th.replay is None) == p.schedule and (p.rule in th.statement or not p.at)
+    assert not any(f"{i}/z3{ANY_SCHEDULE_POSINGS[0].at}" in names for i in NEEDS_BLOCK_SCHEDULE)
+    assert names["RESEND/z3"].expected == "refuted" and names["RESEND/z3@vllm-0.33.0"].expected == "proved"
+    assert Posing(rule="vllm-0.33.0", schedule=True).at == "@vllm-0.33.0/any-schedule"
+    assert names["I-20@vllm-0.33.0"].rests_on.startswith("LEMMA-MAMBA@vllm-0.33.0; LEMMA-HIT-SHAPE@vllm-0.33.0")

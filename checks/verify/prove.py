@@ -17,8 +17,6 @@ import attrs
 from kvspec.checks.conform.adapters import format_explain_command as format_scenario_command
 from kvspec.checks.rulesets import get_rule_checks
 from kvspec.checks.verify.closed_form import (
-    LOOKAHEAD,
-    VLLM,
     VLLM_RULES,
     Params,
     compute_best_top,
@@ -571,81 +569,174 @@ ALL = "u, q, D, P, N, S symbolic"
 SYMBOLIC: dict[str, Any] = dict(div_vars=True, split=True, product_lemmas=True)
 
 
+ANY_SCHEDULE = "/any-schedule"  # the suffix of a theorem posed for every chunk schedule
+SCHEDULE_WORDS = ("the Mamba states the stored request left are any set of Mamba block ends with a hash and C "
+                  "(an uninterpreted predicate: every chunk schedule, retention, preemption and pinned junction); "
+                  "each Mamba lookup returns 0 or such a state within its bound, no smaller than C when C is one")
+# What needs which schedule: every safety row holds for every schedule; RESEND needs the state at C (every schedule
+# vLLM derives leaves it: LINK-<rules>/schedules checks it); F-MAX (the safe boundary is the largest) and the
+# efficiency rows (MAX-HIT, BEST, MONO-*) need the finder's maximality over the block schedule's states: they are
+# proved or checked for the block schedule and checked exhaustively under derived schedules (EXHAUSTIVE/.../schedules).
+NEEDS_BLOCK_SCHEDULE = ("F-MAX",)
+
+
+@attrs.frozen(kw_only=True)
+class Posing:
+    """Where a claim is posed: under a rule set with a closed form (the PR's or one of VLLM_RULES), for the block
+    schedule, or (`schedule`) for every chunk schedule (closed_form.Params.states symbolic; LINK-<rules>/schedules)."""
+
+    rule: str
+    schedule: bool = False
+
+    @property
+    def at(self) -> str:
+        """Return the row-id suffix: "" (the PR), "@<rules>", or "@<rules>/any-schedule"."""
+        return get_rule_checks(self.rule).at + (ANY_SCHEDULE if self.schedule else "")
+
+    def where(self, extra: str = "", named: bool = False) -> str:
+        """Return a statement's bracket: " [every u, q, D<extra>; rules R]" (R left out for the PR unless `named`);
+        for every schedule " [every u, q, D, every chunk schedule; rules R]"."""
+        if self.schedule:
+            return f" [every u, q, D, every chunk schedule; rules {self.rule}]"
+        under = f"; rules {self.rule}" if named or get_rule_checks(self.rule).at else ""
+        return f" [every u, q, D{extra}{under}]"
+
+    @property
+    def closed(self) -> str:
+        """Return the closed form the claims rest on: the PR's, a vLLM rule set's (LINK-<rules>), or over the Mamba
+        states a schedule left (LINK-<rules>/schedules)."""
+        if self.schedule:
+            return (f"closed form under {self.rule}'s store rule over the Mamba states (checks/verify/closed_form.py); "
+                    f"link closed form over Mamba states == spec under schedules (LINK-{self.rule}/schedules)")
+        if not get_rule_checks(self.rule).at:
+            return CLOSED
+        return CLOSED.replace("closed form (", f"closed form under {self.rule}'s store rule (") + f" (LINK-{self.rule})"
+
+    def chain(self, k: int = len(STEPS)) -> str:
+        """Return what a claim resting on the first k lemmas of STEPS rests on: those lemmas here, the closed form."""
+        return "; ".join((*(f"{st}{self.at}" for st in STEPS[:k]), self.closed))
+
+    def link(self, what: str) -> str:
+        """Return the row id of the rule set's link of `what` (LINK-failure, LINK-failure-<rules>)."""
+        return f"LINK-{what}{get_rule_checks(self.rule).at.replace('@', '-')}"
+
+
+@attrs.frozen(kw_only=True)
+class Claim:
+    """A claim of the theorem table, posed once per posing of its row: its id before the posing's suffix, its words,
+    and what differs per posing (builder, replay, what it rests on) as functions of the posing. `budget`: expected
+    seconds under the PR, a vLLM rule set, every schedule. The words of the bracket: `extra` inside it for the block
+    schedule, `schedule_note` before it for every schedule; `named`: the bracket names the PR too."""
+
+    name: str
+    words: str
+    build: Callable[[Posing], Callable[[Z3Ops], Query]]
+    replay: Callable[[Posing], Callable[[dict[str, int]], bool]]
+    rests_on: Callable[[Posing], str]
+    budget: tuple[float, float, float]
+    assumed: tuple[str, ...] = ()
+    symbolic: str = ALL  # what the block schedule's precondition says is symbolic
+    extra: str = ""
+    schedule_note: str = ""
+    named: bool = False
+    expected: Callable[[Posing], str] = lambda posing: "proved"
+    any_schedule: bool = True  # posed for every chunk schedule too (NEEDS_BLOCK_SCHEDULE: not)
+
+    def pose(self, posing: Posing) -> Theorem:
+        """Return the claim's theorem under one posing (no replay on ints for every schedule: no model to replay)."""
+        if posing.schedule:
+            words, budget = self.words + self.schedule_note + posing.where(), self.budget[2]
+            pre = _pre(ALL + "; " + SCHEDULE_WORDS, self.assumed)
+        else:
+            words, budget = self.words + posing.where(self.extra, self.named), self.budget[bool(posing.at)]
+            pre = _pre(self.symbolic, self.assumed)
+        return Theorem(name=self.name + posing.at, statement=words, build=self.build(posing),
+                       expected=self.expected(posing), budget_s=budget, rests_on=self.rests_on(posing),
+                       replay=None if posing.schedule else self.replay(posing), precondition=pre, **SYMBOLIC)
+
+
+LEMMA_WORDS = {STEPS[0]: "each Mamba hit is 0 or a stored state within the attention hit and S "
+                         "(closed_form.has_mamba_facts)",
+               STEPS[1]: "the hit has the shape of closed_form.is_hit_shaped",
+               STEPS[2]: "every hit of that shape has the tail facts of closed_form.has_tail_facts"}
+FAILED_BLOCKS = "every first failed attention block, Mamba block loaded or not"
+
+
+def _step_claim(k: int, step: str) -> Claim:
+    return Claim(name=step, words=LEMMA_WORDS[step], budget=(60.0, 30.0, 30.0), assumed=STEPS[:k],
+                 build=lambda p: _chain(step, rule=p.rule, schedule=p.schedule),
+                 replay=lambda p: _replay_scenario(step, rule=p.rule), rests_on=lambda p: p.chain(k))
+
+
+def _invariant_claim(inv_id: str) -> Claim:
+    return Claim(name=inv_id, words=get_invariant(inv_id).statement, budget=(40.0, 20.0, 20.0), assumed=STEPS,
+                 build=lambda p: _chain(inv_id, rule=p.rule, schedule=p.schedule),
+                 replay=lambda p: _replay_scenario(inv_id, rule=p.rule), rests_on=lambda p: p.chain())
+
+
+def _failure_claim(inv_id: str) -> Claim:
+    retry = inv_id == "F-7"  # the capped retry rests on LEMMA-RETRY too
+    return Claim(name=f"{inv_id}/z3", words=get_invariant(inv_id).statement, budget=(30.0, 30.0, 20.0),
+                 assumed=STEPS[:2], extra=f"; {FAILED_BLOCKS}", schedule_note=f" ({FAILED_BLOCKS})",
+                 any_schedule=inv_id not in NEEDS_BLOCK_SCHEDULE,
+                 build=lambda p: _failure(inv_id, p.rule, p.schedule), replay=lambda p: _replay_failure(inv_id, p.rule),
+                 rests_on=lambda p: f"LEMMA-MAMBA{p.at}; LEMMA-HIT-SHAPE{p.at}; " + (p.closed if p.schedule else (
+                     "closed form of the safe boundary (closed_form.compute_closed_safe); link closed safe == spec "
+                     f"({p.link('failure')})")) + (f"; LEMMA-RETRY{p.at}" if retry else ""))
+
+
+# The chain: its lemmas, then every scenario invariant and the draft group's I-20 on top of them.
+CHAIN_CLAIMS: tuple[Claim, ...] = (
+    *(_step_claim(k, step) for k, step in enumerate(STEPS)),
+    *(_invariant_claim(inv.id) for inv in REGISTRY if inv.kind == "scenario"),
+    Claim(name="I-20/draft", words="every load key is stored, equal-spec draft group", budget=(40.0, 20.0, 20.0),
+          assumed=STEPS, build=lambda p: _chain("I-20", draft=True, rule=p.rule, schedule=p.schedule),
+          replay=lambda p: _replay_scenario("I-20", draft=True, rule=p.rule),
+          rests_on=lambda p: p.chain() + "; link with an equal-spec draft group"))
+# maximality of the tail boundaries (MAX-HIT's brute force has no closed form)
+MAX_TAIL = Claim(name="MAX-TAIL/z3", words=get_invariant("MAX-TAIL").statement, budget=(10.0, 10.0, 10.0),
+                 assumed=STEPS, build=lambda p: _chain("MAX-TAIL", rule=p.rule, schedule=p.schedule),
+                 replay=lambda p: _replay_scenario("MAX-TAIL", rule=p.rule),
+                 rests_on=lambda p: p.chain() if p.schedule else "; ".join((*(f"{st}{p.at}" for st in STEPS), CLOSED)))
+# the failure closure: the capped retry's lemma, then every closure invariant
+CLOSURE_CLAIMS: tuple[Claim, ...] = (
+    Claim(name="LEMMA-RETRY", words="a lookup capped at k <= ⌊(N−1)/u⌋ hits at most max(k, 0)", budget=(20.0, 20.0, 10.0),
+          symbolic=ALL + ", k symbolic", extra=", k", build=lambda p: _retry_lemma(p.rule, p.schedule),
+          replay=lambda p: _replay_retry(p.rule),
+          rests_on=lambda p: f"LEMMA-MAMBA{p.at}; " + (p.closed if p.schedule else
+                                                       f"{CLOSED} (the capped closed form: {p.link('failure')})")),
+    *(_failure_claim(inv_id) for inv_id in FAILURE_THEOREMS))
+# what an identical resend hits (cache efficiency): the PR's rules lose it (replay retention with EAGLE), vLLM 0.33.0's
+# reach the best, as does hash lookahead
+RESEND = Claim(name="RESEND/z3", words="an identical resend (S = P = N) hits ⌊(P−1)/u⌋, with the EAGLE drop "
+                                       "max(⌊P/u⌋ − 1, 0)",
+               budget=(30.0, 30.0, 20.0), symbolic="S = P = N; u, q, D, P symbolic", extra=", P", named=True,
+               schedule_note=", when the schedule left the state at C",
+               expected=lambda p: "refuted" if p.rule == PR53324 else "proved",
+               build=lambda p: _resend(p.rule, p.schedule), replay=lambda p: _replay_resend(p.rule),
+               rests_on=lambda p: p.closed if p.schedule else CLOSED)
+BLOCK_POSINGS = (Posing(rule=PR53324), *(Posing(rule=r) for r in VLLM_RULES))
+ANY_SCHEDULE_POSINGS = tuple(Posing(rule=r, schedule=True) for r in VLLM_RULES)
+# The theorem table: each row a run of claims and the posings it is posed under, expanded posing by posing (the rows'
+# order is make verify's); every claim under every posing of its row but where it needs the block schedule.
+THEOREM_TABLE: tuple[tuple[tuple[Claim, ...], tuple[Posing, ...]], ...] = (
+    (CHAIN_CLAIMS, BLOCK_POSINGS),
+    ((MAX_TAIL,), BLOCK_POSINGS),
+    (CLOSURE_CLAIMS, BLOCK_POSINGS),
+    ((RESEND,), BLOCK_POSINGS),
+    ((*CHAIN_CLAIMS, MAX_TAIL, *CLOSURE_CLAIMS, RESEND), ANY_SCHEDULE_POSINGS),
+)
+
+
 def compute_theorems() -> tuple[Theorem, ...]:
-    """Return every theorem `make verify` proves or refutes: the arithmetic invariants, the scenario chain under the
-    PR's store rule and under each of VLLM_RULES, the failure closure, the legacy rule's refutation."""
+    """Return every theorem `make verify` proves or refutes: the arithmetic invariants, THEOREM_TABLE's claims under
+    their posings (the scenario chain, MAX-TAIL, the failure closure, RESEND under the PR's store rule and each of
+    VLLM_RULES, and again for every chunk schedule), the efficiency theorems, the legacy rule's refutations."""
     out = [Theorem(name=f"{inv.id}", statement=inv.statement + " [all integers]", build=_arith(inv.id),
                    budget_s=30.0, replay=_replay_arith(inv.id), precondition=_words(inv.pre))
            for inv in REGISTRY if inv.kind == "arith"]
-    lemmas = {STEPS[0]: "each Mamba hit is 0 or a stored state within the attention hit and S "
-                        "(closed_form.has_mamba_facts)",
-              STEPS[1]: "the hit has the shape of closed_form.is_hit_shaped",
-              STEPS[2]: "every hit of that shape has the tail facts of closed_form.has_tail_facts"}
-    for k, step in enumerate(STEPS):
-        out.append(Theorem(name=step, statement=lemmas[step] + " [every u, q, D]", build=_chain(step), budget_s=60.0,
-                           rests_on="; ".join((*STEPS[:k], CLOSED)), replay=_replay_scenario(step),
-                           precondition=_pre(ALL, STEPS[:k]), **SYMBOLIC))
-    for inv in REGISTRY:
-        if inv.kind == "scenario":
-            out.append(Theorem(name=inv.id, statement=inv.statement + " [every u, q, D]", build=_chain(inv.id),
-                               budget_s=40.0, rests_on=CHAIN, replay=_replay_scenario(inv.id),
-                               precondition=_pre(ALL, STEPS), **SYMBOLIC))
-    out.append(Theorem(name="I-20/draft", statement="every load key is stored, equal-spec draft group [every u, q, D]",
-                       build=_chain("I-20", draft=True), budget_s=40.0,
-                       rests_on=CHAIN + "; link with an equal-spec draft group",
-                       replay=_replay_scenario("I-20", draft=True), precondition=_pre(ALL, STEPS), **SYMBOLIC))
-    # the same chain under vLLM 0.33.0's store rule, and with hash lookahead (closed_form.compute_closed_form(rule=...),
-    # linked to the spec by the LINK-<rules> rows)
-    for vr in VLLM_RULES:
-        closed_vllm = CLOSED.replace("closed form (", f"closed form under {vr}'s store rule (") + f" (LINK-{vr})"
-        for k, step in enumerate(STEPS):
-            out.append(Theorem(name=f"{step}@{vr}", statement=lemmas[step] + f" [every u, q, D; rules {vr}]",
-                               build=_chain(step, rule=vr), budget_s=30.0,
-                               rests_on="; ".join((*(f"{st}@{vr}" for st in STEPS[:k]), closed_vllm)),
-                               replay=_replay_scenario(step, rule=vr), precondition=_pre(ALL, STEPS[:k]), **SYMBOLIC))
-        chain_vllm = "; ".join((*(f"{st}@{vr}" for st in STEPS), closed_vllm))
-        for inv in REGISTRY:
-            if inv.kind == "scenario":
-                out.append(Theorem(name=f"{inv.id}@{vr}", statement=inv.statement + f" [every u, q, D; rules {vr}]",
-                                   build=_chain(inv.id, rule=vr), budget_s=20.0, rests_on=chain_vllm,
-                                   replay=_replay_scenario(inv.id, rule=vr), precondition=_pre(ALL, STEPS),
-                                   **SYMBOLIC))
-        out.append(Theorem(name=f"I-20/draft@{vr}", statement="every load key is stored, equal-spec draft group "
-                           f"[every u, q, D; rules {vr}]", build=_chain("I-20", draft=True, rule=vr), budget_s=20.0,
-                           rests_on=chain_vllm + "; link with an equal-spec draft group",
-                           replay=_replay_scenario("I-20", draft=True, rule=vr), precondition=_pre(ALL, STEPS),
-                           **SYMBOLIC))
-    for rule in (PR53324, *VLLM_RULES):  # maximality of the tail boundaries (MAX-HIT's brute force has no closed form)
-        at = get_rule_checks(rule).at
-        under = f"; rules {rule}" if at else ""
-        out.append(Theorem(name=f"MAX-TAIL/z3{at}", statement=get_invariant("MAX-TAIL").statement +
-                           f" [every u, q, D{under}]", build=_chain("MAX-TAIL", rule=rule), budget_s=10.0,
-                           rests_on="; ".join((*(f"{st}{at}" for st in STEPS), CLOSED)),
-                           replay=_replay_scenario("MAX-TAIL", rule=rule), precondition=_pre(ALL, STEPS), **SYMBOLIC))
-    for rule in (PR53324, *VLLM_RULES):  # the failure closure under each rule set with a closed form
-        at = get_rule_checks(rule).at
-        under = f"; rules {rule}" if at else ""
-        out.append(Theorem(name=f"LEMMA-RETRY{at}", statement="a lookup capped at k <= ⌊(N−1)/u⌋ hits at most max(k, 0) "
-                           f"[every u, q, D, k{under}]", build=_retry_lemma(rule), budget_s=20.0,
-                           rests_on=f"LEMMA-MAMBA{at}; {CLOSED} (the capped closed form: LINK-failure{at.replace('@', '-')})",
-                           replay=_replay_retry(rule), precondition=_pre(ALL + ", k symbolic"), **SYMBOLIC))
-        out.extend(Theorem(name=f"{inv_id}/z3{at}", statement=get_invariant(inv_id).statement + f" [every u, q, D; "
-                           f"every first failed attention block, Mamba block loaded or not{under}]",
-                           build=_failure(inv_id, rule), budget_s=30.0,
-                           rests_on=f"LEMMA-MAMBA{at}; LEMMA-HIT-SHAPE{at}; closed form of the safe boundary "
-                           f"(closed_form.compute_closed_safe); link closed safe == spec (LINK-failure{at.replace('@', '-')})"
-                           + (f"; LEMMA-RETRY{at}" if inv_id == "F-7" else ""),
-                           replay=_replay_failure(inv_id, rule), precondition=_pre(ALL, STEPS[:2]), **SYMBOLIC)
-                   for inv_id in FAILURE_THEOREMS)
-    # what an identical resend hits (issue: cache efficiency): the PR's rules lose it (replay retention with EAGLE),
-    # vLLM 0.33.0's reach the best, as does hash lookahead
-    for rule, expected in ((PR53324, "refuted"), (VLLM, "proved"), (LOOKAHEAD, "proved")):
-        at = get_rule_checks(rule).at
-        out.append(Theorem(name=f"RESEND/z3{at}", statement="an identical resend (S = P = N) hits ⌊(P−1)/u⌋, with the "
-                           f"EAGLE drop max(⌊P/u⌋ − 1, 0) [every u, q, D, P; rules {rule}]", build=_resend(rule),
-                           expected=expected, budget_s=30.0, rests_on=CLOSED, replay=_replay_resend(rule),
-                           precondition=_pre("S = P = N; u, q, D, P symbolic"), **SYMBOLIC))
-    out.extend(compute_schedule_theorems(lemmas))
+    out.extend(claim.pose(posing) for claims, posings in THEOREM_TABLE for posing in posings for claim in claims
+               if claim.any_schedule or not posing.schedule)
     out.extend(compute_efficiency_theorems())
     out.append(Theorem(name="LEGACY-D1-SAFE", statement="legacy tail key is safe without DCP (D = 1, equal block sizes) "
                        "[every u, q]", build=_chain("I-20", (1, None, None), legacy=True), budget_s=40.0, rests_on=CHAIN,
@@ -662,53 +753,6 @@ def compute_theorems() -> tuple[Theorem, ...]:
                        budget_s=20.0, rests_on=CLOSED, replay=_replay_scenario("I-20", legacy=True),
                        precondition=_pre("D = 8, u = 128, b = 1536; P, N, S symbolic")))
     return tuple(attrs.evolve(t, **HINTS.get(t.name, {})) for t in out)
-
-
-ANY_SCHEDULE = "/any-schedule"  # the suffix of a theorem posed for every chunk schedule
-SCHEDULE_WORDS = ("the Mamba states the stored request left are any set of Mamba block ends with a hash and C "
-                  "(an uninterpreted predicate: every chunk schedule, retention, preemption and pinned junction); "
-                  "each Mamba lookup returns 0 or such a state within its bound, no smaller than C when C is one")
-# What needs which schedule: every safety row holds for every schedule; RESEND needs the state at C (every schedule
-# vLLM derives leaves it: LINK-<rules>/schedules checks it); F-MAX (the safe boundary is the largest) and the
-# efficiency rows (MAX-HIT, BEST, MONO-*) need the finder's maximality over the block schedule's states: they are
-# proved or checked for the block schedule and checked exhaustively under derived schedules (EXHAUSTIVE/.../schedules).
-NEEDS_BLOCK_SCHEDULE = ("F-MAX",)
-
-
-def compute_schedule_theorems(lemmas: dict[str, str]) -> list[Theorem]:
-    """Return the chain, the scenario invariants, the failure closure, MAX-TAIL and RESEND under each of VLLM_RULES for
-    every chunk schedule (closed_form.Params.states symbolic; linked by LINK-<rules>/schedules)."""
-    out: list[Theorem] = []
-    for vr in VLLM_RULES:
-        tag, link = f"@{vr}{ANY_SCHEDULE}", f"link closed form over Mamba states == spec under schedules (LINK-{vr}/schedules)"
-        closed = f"closed form under {vr}'s store rule over the Mamba states (checks/verify/closed_form.py); {link}"
-        chain = "; ".join((*(f"{st}{tag}" for st in STEPS), closed))
-        where = f" [every u, q, D, every chunk schedule; rules {vr}]"
-
-        def theorem(name: str, statement: str, build: Callable[[Z3Ops], Query], rests_on: str, assumed: tuple[str, ...],
-                    budget: float = 20.0, where: str = where, **kw: Any) -> Theorem:
-            return Theorem(name=name, statement=statement + where, build=build, budget_s=budget, rests_on=rests_on,
-                           precondition=_pre(ALL + "; " + SCHEDULE_WORDS, assumed), **{**SYMBOLIC, **kw})
-
-        for k, step in enumerate(STEPS):
-            out.append(theorem(f"{step}{tag}", lemmas[step], _chain(step, rule=vr, schedule=True),
-                               "; ".join((*(f"{st}{tag}" for st in STEPS[:k]), closed)), STEPS[:k], 30.0))
-        out.extend(theorem(f"{inv.id}{tag}", inv.statement, _chain(inv.id, rule=vr, schedule=True), chain, STEPS)
-                   for inv in REGISTRY if inv.kind == "scenario")
-        out.append(theorem(f"I-20/draft{tag}", "every load key is stored, equal-spec draft group",
-                           _chain("I-20", draft=True, rule=vr, schedule=True), chain + "; link with an equal-spec draft group",
-                           STEPS))
-        out.append(theorem(f"MAX-TAIL/z3{tag}", get_invariant("MAX-TAIL").statement,
-                           _chain("MAX-TAIL", rule=vr, schedule=True), chain, STEPS, 10.0))
-        out.append(theorem(f"LEMMA-RETRY{tag}", "a lookup capped at k <= ⌊(N−1)/u⌋ hits at most max(k, 0)",
-                           _retry_lemma(vr, True), f"LEMMA-MAMBA{tag}; {closed}", (), 10.0))
-        out.extend(theorem(f"{i}/z3{tag}", get_invariant(i).statement + " (every first failed attention block, Mamba "
-                           "block loaded or not)", _failure(i, vr, True),
-                           f"LEMMA-MAMBA{tag}; LEMMA-HIT-SHAPE{tag}; {closed}" + (f"; LEMMA-RETRY{tag}" if i == "F-7" else ""),
-                           STEPS[:2]) for i in FAILURE_THEOREMS if i not in NEEDS_BLOCK_SCHEDULE)
-        out.append(theorem(f"RESEND/z3{tag}", "an identical resend (S = P = N) hits ⌊(P−1)/u⌋, with the EAGLE drop "
-                           "max(⌊P/u⌋ − 1, 0), when the schedule left the state at C", _resend(vr, True), closed, ()))
-    return out
 
 
 # Proof hints, one table: per theorem, the Theorem fields to change, each found by measurement in a fresh context with
