@@ -24,6 +24,9 @@ class JobError(ValueError):
     """A job that does not decode: names the field."""
 
 
+WRONG_LOADS = ("neighbour", "skip-mamba")  # FaultPlan.wrong_load's values
+
+
 @attrs.frozen(kw_only=True)
 class FaultPlan:
     """The faults one scenario injects into the rank pipeline, in the order they act; all off by default."""
@@ -37,6 +40,9 @@ class FaultPlan:
     evict_after_lookup_unforced: Mapping[int, tuple[Obj, ...]] = attrs.field(factory=dict)  # always force=False
     hold_before_load: str | None = None  # a directory: each rank writes ready<r> and waits for "go" before loading
     relookup: bool = False  # look up again after the load (what a retry would see)
+    # the tiny model's loader broken on purpose (impl/model_worker.py): "neighbour" puts the previous block's object
+    # into the last loaded target-attention block, "skip-mamba" starts from the initial Mamba state
+    wrong_load: str | None = attrs.field(default=None, validator=attrs.validators.in_((None, *WRONG_LOADS)))
 
     @property
     def removed_after_lookup(self) -> dict[Obj, int]:
@@ -117,7 +123,8 @@ def _encode_scenario(s: ScenarioJob) -> dict[str, Any]:
                        "evict_after_lookup": _ranked(f.evict_after_lookup),
                        "evict_force": f.evict_force,
                        "evict_after_lookup_unforced": _ranked(f.evict_after_lookup_unforced),
-                       "hold_before_load": f.hold_before_load, "relookup": f.relookup, "reput": f.reput}}
+                       "hold_before_load": f.hold_before_load, "relookup": f.relookup, "reput": f.reput,
+                       "wrong_load": f.wrong_load}}
 
 
 def _fields(raw: Any, what: str, required: set[str], optional: set[str]) -> dict[str, Any]:
@@ -146,6 +153,8 @@ def _decode_scenario(raw: Any, k: int) -> ScenarioJob:
                 {"store_rule", "tail_at_hit", "lookahead", "deferred_saves", "decode_states", "stored", "writers",
                  "predicted_keys", "faults"})
     fr = _fields(d.get("faults", {}), f"{what} faults", set(), set(attrs.fields_dict(FaultPlan)))
+    if fr.get("wrong_load") not in (None, *WRONG_LOADS):
+        raise JobError(f"{what} faults: wrong_load must be one of {', '.join(WRONG_LOADS)}, got {fr['wrong_load']!r}")
     faults = FaultPlan(
         evict_before_lookup=_decode_ranked(fr.get("evict_before_lookup", {}), "evict_before_lookup", str),
         crash_after_store=fr.get("crash_after_store"),
@@ -154,7 +163,7 @@ def _decode_scenario(raw: Any, k: int) -> ScenarioJob:
         evict_after_lookup_unforced=_decode_ranked(fr.get("evict_after_lookup_unforced", {}),
                                                    "evict_after_lookup_unforced", _obj),
         hold_before_load=fr.get("hold_before_load"), relookup=bool(fr.get("relookup", False)),
-        reput=bool(fr.get("reput", False)))
+        reput=bool(fr.get("reput", False)), wrong_load=fr.get("wrong_load"))
     return ScenarioJob(seed=int(d["seed"]), prefix=str(d["prefix"]), prompt=int(d["prompt"]), rules=str(d["rules"]),
                        store_rule=str(d.get("store_rule", STORE_PR53324)), tail_at_hit=bool(d.get("tail_at_hit", False)),
                        lookahead=int(d.get("lookahead", 0)),

@@ -8,15 +8,14 @@ Per scenario (every rank runs it; attention is computed across the ranks):
 3. it prefills from the loaded boundary and decodes `decode` tokens (EAGLE propose/verify with a drafter);
 4. the same request runs cold; every logit from the start on and every generated token must be bitwise equal.
 
-`KVSPEC_MODEL_MUTANT` (tests only) breaks the loader on purpose: `neighbour` puts the previous block's object into
-the last loaded target-attention block (a key that exists, the wrong one), `skip-mamba` starts from the initial
-Mamba state instead of the loaded one. The end-to-end test must then report unequal logits and where.
+A scenario's `FaultPlan.wrong_load` (tests only) breaks the loader on purpose: `neighbour` puts the previous block's
+object into the last loaded target-attention block (a key that exists, the wrong one), `skip-mamba` starts from the
+initial Mamba state instead of the loaded one. The end-to-end test must then report unequal logits and where.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -69,9 +68,9 @@ def first_difference(a: torch.Tensor, b: torch.Tensor) -> int | None:
 
 
 def _mutate(runner: ModelRunner, eng: RankEngine, chain: Sequence[bytes], hit: int, kv: RequestKV,
-            states: list[torch.Tensor]) -> tuple[list[torch.Tensor], bool]:
-    """Return the Mamba states to start from and whether KVSPEC_MODEL_MUTANT changed anything."""
-    mutant = os.environ.get("KVSPEC_MODEL_MUTANT", "")
+            states: list[torch.Tensor], mutant: str | None) -> tuple[list[torch.Tensor], bool]:
+    """Return the Mamba states to start from and whether the scenario's wrong load (FaultPlan.wrong_load) changed
+    anything."""
     if mutant == "skip-mamba" and states:
         return [runner.model.initial_state() for _ in states], True
     if mutant == "neighbour":
@@ -134,7 +133,8 @@ def run_scenario(proc: RankProcess, job: Job, model: TinyHybrid, sc: ScenarioJob
         if bool(bits.all()):
             start = look.hit
             states, mutated = _mutate(runner, eng, chain, start, kv,
-                                      [runner.loaded_state(kv, layer, start) for layer in range(len(runner.mambas))])
+                                      [runner.loaded_state(kv, layer, start) for layer in range(len(runner.mambas))],
+                                      sc.faults.wrong_load)
             break
         safe = eng.safe_boundary(look.hit, ld.plan, [bool(b) for b in bits.tolist()],
                                  lambda objs: eng.probe_everywhere(objs, chain))

@@ -121,3 +121,22 @@ def test_impl_reads_no_other_objects_private_attributes():
                     and not (isinstance(node.value, ast.Name) and node.value.id in mine)):
                 found.append(f"{path.name}:{node.lineno}: .{node.attr}")
     assert not found, found
+
+
+def test_impl_reads_no_fault_switch_from_the_environment():
+    """Faults and broken loaders come only through a scenario's FaultPlan (impl/job.py), never an environment variable:
+    impl/ reads only the device choice, the process group's rendezvous and the Mooncake client's own settings (the
+    tiny model's wrong loads were KVSPEC_MODEL_MUTANT; they are FaultPlan.wrong_load now)."""
+    allowed = {"KVSPEC_DEVICE", "KVSPEC_STAGING", "WORLD_SIZE", "KVSPEC_RENDEZVOUS", "MC_STORE_CLIENT_SETUP_RETRIES"}
+    read = set()
+    for path in sorted(IMPL.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            env = None
+            if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
+                env = node.slice
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.environ.get", "os.environ.setdefault",
+                                                                          "os.getenv"):
+                env = node.args[0]
+            if env is not None:
+                read.add(env.value if isinstance(env, ast.Constant) else f"{path.name}: {ast.unparse(env)}")
+    assert read and read <= allowed, sorted(read - allowed)

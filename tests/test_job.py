@@ -16,7 +16,7 @@ GEOMETRY = Geometry(unit=4, groups=(Group(kind="attention", block_size=16, eagle
 def full_job() -> Job:
     faults = FaultPlan(evict_before_lookup={1: ("k1",)}, crash_after_store=1, evict_after_lookup={0: ((0, 52),)},
                        evict_force=False, evict_after_lookup_unforced={1: ((1, 48),)}, hold_before_load="/tmp/x",
-                       relookup=True)
+                       relookup=True, wrong_load="skip-mamba")
     sc = ScenarioJob(seed=3, prefix="p-3", prompt=57, rules="vllm-0.33.0-lookahead", lookahead=1,
                      store_rule="checkpoint", tail_at_hit=True, stored=((57, 57, 0, False), (80, 40, 3, True)),
                      deferred_saves=True, decode_states=True,
@@ -53,6 +53,7 @@ def test_removed_after_lookup_leaves_out_the_unforced_removals():
     (lambda d: d.update(evil=1), "job: unknown evil"),
     (lambda d: d["scenarios"][0].update(sync_dir="/tmp"), "scenario 0: unknown sync_dir"),
     (lambda d: d["scenarios"][0]["faults"].update(crash=1), "scenario 0 faults: unknown crash"),
+    (lambda d: d["scenarios"][0]["faults"].update(wrong_load="mamba"), "scenario 0 faults: wrong_load must be one of"),
     (lambda d: d["scenarios"][0].pop("seed"), "scenario 0: missing seed"),
     (lambda d: d["transfer"].pop("repeats"), "transfer: missing repeats"),
     (lambda d: d.update(scenarios=[[]]), "scenario 0 must be a JSON object"),

@@ -42,14 +42,16 @@ def cases(g: Geometry, rules: tuple[str, ...]) -> list[Scenario]:
             for r in rules for p, n, s in ((70, 70, 70), (50, 90, 50), (80, 90, 61))]
 
 
-def run_model(master, scenarios: list[Scenario], tmp_path, tag: str, env: dict[str, str] | None = None,
+def run_model(master, scenarios: list[Scenario], tmp_path, tag: str, wrong_load: str | None = None,
               evict: list[dict[int, list[tuple[int, int]]]] | None = None) -> list[dict]:
-    """Run the scenarios on D model rank processes; return rank 0's results (after checking every rank agrees)."""
+    """Run the scenarios on D model rank processes (each loader broken as `wrong_load` says: FaultPlan); return rank
+    0's results (after checking every rank agrees)."""
     job = build_job(master.address, scenarios, tag, evict)
-    job = attrs.evolve(job, model="tiny-hybrid",
-                       scenarios=tuple(attrs.evolve(s, seed=100 + k) for k, s in enumerate(job.scenarios)))
+    job = attrs.evolve(job, model="tiny-hybrid", scenarios=tuple(
+        attrs.evolve(s, seed=100 + k, faults=attrs.evolve(s.faults, wrong_load=wrong_load))
+        for k, s in enumerate(job.scenarios)))
     d = scenarios[0].geometry.parallel.dcp
-    ranks = cluster.run_ranks(job, d, timeout_s=300, workdir=str(tmp_path / tag), env=env, module=MODULE)
+    ranks = cluster.run_ranks(job, d, timeout_s=300, workdir=str(tmp_path / tag), module=MODULE)
     for r in ranks[1:]:  # every rank merged the same attention: the same logits and tokens
         for a, b in zip(ranks[0]["scenarios"], r["scenarios"]):
             assert (a["warm_tokens"], a["cold_last_logits"], a["start"]) == \
@@ -112,8 +114,7 @@ def test_a_wrong_load_changes_the_logits(master, tmp_path, mutant):
     """A loader that puts the previous block's object where the last target block belongs, or starts from the
     initial Mamba state, is caught: the logits differ from the cold run's, at the first computed position."""
     g = geometry(2)
-    out = run_model(master, cases(g, ("vllm-0.34.0",)), tmp_path, f"mutant-{mutant}",
-                    env={"KVSPEC_MODEL_MUTANT": mutant})
+    out = run_model(master, cases(g, ("vllm-0.34.0",)), tmp_path, f"mutant-{mutant}", wrong_load=mutant)
     mutated = [r for r in out if r["mutated"]]
     assert mutated
     for r in mutated:
