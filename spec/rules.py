@@ -228,14 +228,14 @@ def get_rules(name: str) -> RuleSet:
     return RULE_SETS[name]
 
 
-def to_rules(rules: RuleSet | str) -> RuleSet:
+def coerce_rules(rules: RuleSet | str) -> RuleSet:
     """Return the rule set itself, else the named one (get_rules): a value's field may be given by name."""
     return rules if isinstance(rules, RuleSet) else get_rules(rules)
 
 
-def to_optional_rules(rules: RuleSet | str | None) -> RuleSet | None:
-    """Return None for None, else to_rules(rules)."""
-    return None if rules is None else to_rules(rules)
+def coerce_optional_rules(rules: RuleSet | str | None) -> RuleSet | None:
+    """Return None for None, else coerce_rules(rules)."""
+    return None if rules is None else coerce_rules(rules)
 
 
 def compute_lookahead(rules: RuleSet, geometry: Geometry) -> int:

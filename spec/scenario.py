@@ -51,11 +51,11 @@ from .rules import (
     STORE_VLLM_0_33,
     RuleSet,
     check_config,
+    coerce_optional_rules,
+    coerce_rules,
     compute_lookahead,
     compute_rule_geometry,
     get_rules,
-    to_optional_rules,
-    to_rules,
 )
 from .schedule import BLOCK_SCHEDULE, RULE_SCHEDULE, Schedule, compute_checkpoints
 from .store import (
@@ -108,7 +108,7 @@ class StoredRequest:
     prompt: int
     shared: int
     schedule: Schedule | None = None
-    rules: RuleSet | None = attrs.field(default=None, converter=to_optional_rules, repr=_repr_rules)
+    rules: RuleSet | None = attrs.field(default=None, converter=coerce_optional_rules, repr=_repr_rules)
     decoded: int = 0
     save_decode_cache: bool = False  # its connector saved the decode phase too (vLLM's save_decode_cache)
 
@@ -127,7 +127,7 @@ class Scenario:
     stored: tuple[StoredRequest, ...] = ()
     objects: frozenset[Obj] | None = None  # explicit present objects instead of stored requests
     evicted: frozenset[RankObj] = frozenset()
-    rules: RuleSet = attrs.field(default=RULE_SETS[DEFAULT_RULES], converter=to_rules,  # a name: its rule set
+    rules: RuleSet = attrs.field(default=RULE_SETS[DEFAULT_RULES], converter=coerce_rules,  # a name: its rule set
                                  repr=_repr_rules)
     schedule: Schedule = BLOCK_SCHEDULE  # how the stored requests' prefills were scheduled (spec/schedule.py)
 

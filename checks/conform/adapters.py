@@ -54,7 +54,15 @@ from kvspec.checks.conform.vectors import compute_cases
 from kvspec.checks.data import find_vector_cases
 from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry
-from kvspec.spec.rules import STORE_PR53324, STORE_VLLM_0_33, TAIL_HIT, RuleSet, compute_lookahead, get_rules, to_rules
+from kvspec.spec.rules import (
+    STORE_PR53324,
+    STORE_VLLM_0_33,
+    TAIL_HIT,
+    RuleSet,
+    coerce_rules,
+    compute_lookahead,
+    get_rules,
+)
 from kvspec.spec.scenario import decode_scenario, encode_scenario, evaluate_scenario, has_outputs
 
 Obj = tuple[int, int]  # (group id, boundary t): the object keyed H_t of that group
@@ -78,7 +86,7 @@ class EngineAdapter(Protocol):
 def compute_impl_store_rule(rules: RuleSet | str) -> str:
     """Return the implementation's store rule (impl/engine.py STORE_RULES) for a rule set: read from its store-rule
     field, never its name (impl/ knows no rule set)."""
-    store = to_rules(rules).store
+    store = coerce_rules(rules).store
     if store not in (STORE_PR53324, STORE_VLLM_0_33):
         raise SpecError("impl-rules", f"the implementation (impl/) has no store rule for rule set {rules} "
                                       f"(store rule {store}): only pr53324's and vLLM's")

@@ -35,7 +35,14 @@ from kvspec.spec.errors import SpecError
 from kvspec.spec.geometry import Geometry, compute_lcm_span
 from kvspec.spec.invariants import compute_plan_violations, compute_verdict_key, compute_violations
 from kvspec.spec.lookup import compute_physical_best, compute_resend_best
-from kvspec.spec.rules import LOOKAHEAD_ALWAYS, RULE_SETS, RuleSet, compute_lookahead, compute_rule_geometry, to_rules
+from kvspec.spec.rules import (
+    LOOKAHEAD_ALWAYS,
+    RULE_SETS,
+    RuleSet,
+    coerce_rules,
+    compute_lookahead,
+    compute_rule_geometry,
+)
 from kvspec.spec.scenario import (
     RULE_DECODED,
     Outcome,
@@ -89,7 +96,7 @@ class Memo:
 
     def store(self, rules: RuleSet | str, g: Geometry, p: int) -> frozenset[Obj]:
         """Return the objects one request of P tokens stores under the rule set (its store step)."""
-        rs = to_rules(rules)
+        rs = coerce_rules(rules)
         return compute_stages(rs).store(rs, g, Tokens(p), BLOCK_SCHEDULE)
 
 
@@ -108,7 +115,7 @@ def iterate_best(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Inst
 
 def iterate_resend(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterator[Instance]:
     """Yield, per P up to 2L + 2u, whether an identical resend hits compute_resend_best."""
-    lookahead = compute_lookahead(to_rules(rules), g)
+    lookahead = compute_lookahead(coerce_rules(rules), g)
     for p in range(1, 2 * compute_lcm_span(g) + 2 * g.unit + 1):
         sc = Scenario(geometry=g, prompt=p, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
         h, best = memo.hit(sc), int(compute_resend_best(g, Tokens(p), lookahead))
@@ -133,7 +140,7 @@ def iterate_mono_evict(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterato
     leaves the hit at most as it was."""
     last = Rank(g.parallel.dcp - 1)
     lens = [x for x in compute_lengths(g, 3) if x >= 1]
-    rs = to_rules(rules)
+    rs = coerce_rules(rules)
     for p in lens:
         for n in (x for x in lens if x <= p):
             stored = (StoredRequest(prompt=p, shared=n),)
@@ -195,7 +202,7 @@ def compute_split_parents(rules: RuleSet | str) -> tuple[str, str]:
     """Return (without a drafter, with one): the rule sets a drafter-scoped rule set must equal — its predecessor, and
     the rule set that differs from it only in applying λ everywhere (and in deferred and decode-phase saves, which
     the scope's writers, none of which decoded, never reach)."""
-    rs = to_rules(rules)
+    rs = coerce_rules(rules)
     everywhere = [x for x in RULE_SETS.values() if x.lookahead_scope == LOOKAHEAD_ALWAYS and x.name != rs.name
                   and attrs.evolve(rs, name=x.name, predecessor=x.predecessor, engine=x.engine, deltas=x.deltas,
                                    lookahead_scope=LOOKAHEAD_ALWAYS, deferred_saves=x.deferred_saves,

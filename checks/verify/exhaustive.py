@@ -15,8 +15,8 @@ from kvspec.spec.rules import (
     VLLM_0_34,
     RuleSet,
     check_config,
+    coerce_rules,
     compute_lookahead,
-    to_rules,
 )
 from kvspec.spec.scenario import Scenario, StoredRequest
 from kvspec.spec.schedule import BLOCK_SCHEDULE, Schedule
@@ -73,7 +73,7 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
 
 def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, name: RuleSet | str,
                        schedule: Schedule) -> Iterator[Scenario]:
-    rules = to_rules(name)
+    rules = coerce_rules(name)
     try:  # a geometry the rule set's engine refuses has no scenario under it (SGLang: whole pages, DCP limits)
         check_config(rules, geometry)
     except SpecError:
