@@ -94,10 +94,9 @@ class Memo:
         """Return the physical best E allows (spec/lookup.py: compute_physical_best)."""
         return int(self._get("best", sc, _physical_best))
 
-    def store(self, rules: RuleSet | str, g: Geometry, p: int) -> frozenset[Obj]:
+    def store(self, rules: RuleSet, g: Geometry, p: int) -> frozenset[Obj]:
         """Return the objects one request of P tokens stores under the rule set (its store step)."""
-        rs = coerce_rules(rules)
-        return compute_stages(rs).store(rs, g, Tokens(p), BLOCK_SCHEDULE)
+        return compute_stages(rules).store(rules, g, Tokens(p), BLOCK_SCHEDULE)
 
 
 def _physical_best(sc: Scenario) -> Tokens:
@@ -145,7 +144,7 @@ def iterate_mono_evict(g: Geometry, rules: RuleSet | str, memo: Memo) -> Iterato
         for n in (x for x in lens if x <= p):
             stored = (StoredRequest(prompt=p, shared=n),)
             base = memo.hit(Scenario(geometry=g, prompt=n, stored=stored, rules=rules))
-            for gid, t in sorted(compute_visible(memo.store(rules, g, p), Tokens(n), compute_lookahead(rs, g))):
+            for gid, t in sorted(compute_visible(memo.store(rs, g, p), Tokens(n), compute_lookahead(rs, g))):
                 sc = Scenario(geometry=g, prompt=n, stored=stored, evicted=frozenset({(gid, t, last)}), rules=rules)
                 h = memo.hit(sc)
                 yield Instance(h <= base, sc, f"evicting ({gid}, {t}): h {base} -> {h}")

@@ -71,9 +71,9 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
             yield sc if schedule == BLOCK_SCHEDULE else attrs.evolve(sc, schedule=schedule)
 
 
-def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, name: RuleSet | str,
+def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, rule_set: RuleSet | str,
                        schedule: Schedule) -> Iterator[Scenario]:
-    rules = coerce_rules(name)
+    rules = coerce_rules(rule_set)  # once, not in every Scenario's converter
     try:  # a geometry the rule set's engine refuses has no scenario under it (SGLang: whole pages, DCP limits)
         check_config(rules, geometry)
     except SpecError:
