@@ -20,6 +20,7 @@ from kvspec.spec.errors import SpecError
 
 CPU_BUDGET_S = 1.5  # CPU seconds per answer (the hostile-input contract: every answer within 2 s of CPU)
 RULE_LIMIT_CPU = "limit-cpu"
+REFIRE_S = 0.01  # CPU seconds between a raise Python dropped and the next one
 
 
 @contextlib.contextmanager
@@ -34,9 +35,15 @@ def limit_cpu(what: str, seconds: float | None = None) -> Iterator[None]:
     message = (f"{what} used more than {seconds} s of CPU time, the budget of one answer (checks/cli/budget.py): a smaller "
                f"scenario, or one past the explicit limit (answered on runs), is answered")
     fired: list[bool] = []
+    active = True
 
     def expire(signum: int, frame: FrameType | None) -> None:
+        if not active:  # the block has ended: a tick that lands while the timer is being disarmed raises nothing
+            return
         fired.append(True)
+        # the signal may land where Python cannot raise (a gc callback, a __del__: the exception is printed and
+        # dropped): the timer fires again a tick later, until a raise reaches the block
+        signal.setitimer(signal.ITIMER_PROF, REFIRE_S)
         raise SpecError(RULE_LIMIT_CPU, message)
 
     previous = signal.signal(signal.SIGPROF, expire)
@@ -44,9 +51,9 @@ def limit_cpu(what: str, seconds: float | None = None) -> Iterator[None]:
     try:
         yield
     finally:
+        active = False  # first, by a plain store (Python runs a signal handler only at calls and loops)
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, previous)
-    # the signal may land where Python cannot raise (a gc callback, a __del__: the exception is printed and dropped,
-    # and the block runs on to its end): an answer past its budget is refused all the same
+    # a block that ended between a dropped raise and the next one is refused all the same
     if fired:
         raise SpecError(RULE_LIMIT_CPU, message)
