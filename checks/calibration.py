@@ -4,13 +4,21 @@
 checks do — and reports it with the machine's name and core count. `kvspec verify` and `kvspec bench` print it
 beside their wall and CPU times, so a figure is read as a multiple of the calibration ("verify took N loop
 units"), not as seconds on an unknown machine. These VMs vary up to 4× in speed.
+
+Each whole command has a target in wall loop units (`TARGETS`, issue 30), printed beside its figure with whether the
+run met it. `python3 checks/calibration.py --target NAME -- COMMAND…` runs a command and prints the same line for it
+(how `make test` and `.ci/run` time themselves); this file needs only the standard library for that reason.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 import platform
 import resource
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -55,3 +63,48 @@ def format_calibrated(wall: float, cpu: float, cal: dict[str, Any]) -> str:
     unit = cal["loop_seconds"] or 1e-9
     return (f"wall {wall:.1f} s, CPU {cpu:.1f} s on {cal['machine']} ({cal['cores']} cores, Python {cal['python']}); "
             f"calibration loop {cal['loop_seconds']} s: {wall / unit:.0f} wall and {cpu / unit:.0f} CPU loop units")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A whole command's speed target: at most `wall_units` wall loop units on 2 cores (issue 30)."""
+
+    command: str
+    wall_units: int
+    minutes_at_half_second: float  # the same target as minutes where the calibration loop takes 0.5 s
+
+
+TARGETS = {
+    "verify": Target("make verify", 120, 1.0),
+    "test": Target("make test", 720, 6.0),
+    "ci": Target(".ci/run from a clean clone", 1440, 12.0),
+}
+
+
+def format_target(name: str, wall: float, cal: dict[str, Any]) -> str:
+    """Return 'target (issue 30): NAME ≤ T wall loop units (M min at a 0.5 s loop): W — met | NOT met'."""
+    t, units = TARGETS[name], wall / (cal["loop_seconds"] or 1e-9)
+    return (f"target (issue 30): {t.command} ≤ {t.wall_units} wall loop units ({t.minutes_at_half_second:g} min at a "
+            f"0.5 s loop): {units:.0f} — {'met' if units <= t.wall_units else 'NOT met'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command; print its wall and CPU time, this machine's calibration and its target; return its exit code."""
+    ap = argparse.ArgumentParser(prog="checks/calibration.py", description=main.__doc__)
+    ap.add_argument("--target", choices=sorted(TARGETS), required=True)
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS…")
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        ap.error("no command to time")
+    t0, c0 = time.perf_counter(), measure_cpu_seconds()
+    rc = subprocess.call(command)
+    wall, cpu = time.perf_counter() - t0, measure_cpu_seconds() - c0
+    cal = measure_calibration()
+    print(f"{TARGETS[args.target].command}: {format_calibrated(wall, cpu, cal)}\n{format_target(args.target, wall, cal)}",
+          flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

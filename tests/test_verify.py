@@ -45,6 +45,7 @@ def test_verify_only_list_and_junit(tmp_path, capsys):
     assert main(["verify", "--only", "MUT-legacy-tail-key", "I-6", "--junit", str(junit)]) == 0
     out, err = capsys.readouterr()
     assert "VERIFY: OK" in out and "verify: [2/2]" in err  # a progress line per task
+    assert "target (issue 30)" not in out  # a few rows are not held to the whole run's target
     suite = ET.parse(junit).getroot()
     assert suite.get("tests") == "2" and suite.get("failures") == "0"
     assert sorted(c.get("name") for c in suite.iter("testcase")) == ["I-6", "MUT-legacy-tail-key"]
@@ -115,3 +116,37 @@ def test_each_check_returns_a_typed_part_with_its_own_summary():
     assert totals["exhaustive_scenarios"] == sum(r.detail["scenarios"] for r in rows if r.id.startswith("EXHAUSTIVE"))
     assert "tally" not in summarize(rows, fast=True)["rows"][0]
     assert len({type(c).__name__ for c in compute_manifest()}) >= 6
+
+
+def test_a_whole_run_is_held_to_its_target(monkeypatch, capsys):
+    """The whole default run prints its target in loop units and whether it met it (JSON: `target`); the rows are
+    stood in by one cheap row here (the target line is what is tested, not the manifest)."""
+    import json
+
+    from kvspec.checks.calibration import TARGETS
+    from kvspec.checks.verify import runner
+    real = runner.collect
+    monkeypatch.setattr(runner, "collect", lambda *a, **k: real(fast=True, processes=1, only=("I-6",)))
+    assert runner.run_verify(json_out=True, progress=False) == 0
+    report = json.loads(capsys.readouterr().out)
+    t = report["target"]
+    assert t["wall_loop_units"] == TARGETS["verify"].wall_units == 120
+    assert t["met"] == (t["measured"] <= 120) and t["measured"] == round(
+        report["wall_seconds"] / report["calibration"]["loop_seconds"])
+    assert runner.run_verify(progress=False) == 0
+    assert "target (issue 30): make verify ≤ 120 wall loop units" in capsys.readouterr().out
+
+
+def test_the_timer_runs_a_command_and_prints_its_figure_against_its_target(capsys):
+    """`python3 checks/calibration.py --target NAME -- CMD` (make test, .ci/run): the command's exit code, its wall and
+    CPU time with the calibration, and the target met or not."""
+    import sys
+
+    from kvspec.checks.calibration import format_target, main
+    cal = {"loop_seconds": 0.5}
+    assert format_target("test", 359.0, cal).endswith("718 — met")
+    assert format_target("test", 361.0, cal).endswith("722 — NOT met")
+    assert format_target("ci", 720.0, cal).endswith("1440 — met")
+    assert main(["--target", "test", "--", sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("make test: wall ") and "calibration loop" in out and "target (issue 30): make test" in out
