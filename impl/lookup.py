@@ -80,13 +80,15 @@ class HybridLookup:
 
     # ---------------------------------------------------------------- probing rounds
     def _round(self, keys: Iterable[tuple[int, int]], probe: Probe) -> None:
-        fresh = sorted(set(keys) - self.state.probed)
+        probed = self.state.probed
+        fresh = [k for k in dict.fromkeys(keys) if k not in probed]  # in the order asked, once each (a sort of
+        # millions of keys was most of a long prompt's lookup: measured, issue 30)
         if not fresh:
             return
         self.rounds += 1
         self.probes += len(fresh)
         self.state.present |= probe(fresh)
-        self.state.probed |= set(fresh)
+        probed.update(fresh)
 
     def _step(self, group: int) -> int:
         """Return the spacing of the boundaries the rule reads for a group: u in fine mode, else its span."""
