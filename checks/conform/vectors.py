@@ -108,8 +108,7 @@ def _boundaries(rules: str) -> Iterator[Case]:
 
 
 def _exhaustive_sample(rules: str, every: int = 3001, cap: int = 120) -> Iterator[Case]:
-    picked = itertools.islice((sc for k, sc in enumerate(iterate_all(rules=rules)) if k % every == 0), cap)
-    for k, sc in enumerate(picked):
+    for k, sc in enumerate(itertools.islice(iterate_all(rules=rules, every=every), cap)):
         yield _explain("exhaustive-sample", f"{k:04d}", sc)
 
 
@@ -172,11 +171,9 @@ def _coverage(rules: str) -> Iterator[Case]:
 
 def _failure(rules: str, cap: int = 60) -> Iterator[Case]:
     n = 0
-    for k, sc in enumerate(iterate_all(dcps=(1, 2, 4), evict=False, rules=rules)):
+    for sc in iterate_all(dcps=(1, 2, 4), evict=False, rules=rules, every=97):
         if n >= cap:
             break
-        if k % 97:
-            continue
         out = evaluate_scenario(sc)
         if out.hit_length <= 0 or not out.load:
             continue

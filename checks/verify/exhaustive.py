@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 import attrs
 
@@ -66,13 +67,13 @@ def iterate_scenarios(geometry: Geometry, limit_units: int = 3, evict: bool = Tr
                       schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,)) -> Iterator[Scenario]:
     """Yield the scenarios of one geometry under each schedule: prompts near every span boundary, every shared
     prefix, single evictions."""
-    for schedule in schedules:
-        for sc in _iterate_scenarios(geometry, limit_units, evict, rules, schedule):
-            yield sc if schedule == BLOCK_SCHEDULE else attrs.evolve(sc, schedule=schedule)
+    for kw in _iterate_arguments(geometry, limit_units, evict, rules, schedules):
+        yield Scenario(**kw)
 
 
-def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, rule_set: RuleSet | str,
-                       schedule: Schedule) -> Iterator[Scenario]:
+def _iterate_arguments(geometry: Geometry, limit_units: int, evict: bool, rule_set: RuleSet | str,
+                       schedules: tuple[Schedule, ...]) -> Iterator[dict[str, Any]]:
+    """Yield the Scenario arguments of iterate_scenarios, in its order (a sample builds only the scenarios it keeps)."""
     rules = coerce_rules(rule_set)  # once, not in every Scenario's converter
     try:  # a geometry the rule set's engine refuses has no scenario under it (SGLang: whole pages, DCP limits)
         check_config(rules, geometry)
@@ -80,36 +81,45 @@ def _iterate_scenarios(geometry: Geometry, limit_units: int, evict: bool, rule_s
         return
     lens = compute_lengths(geometry, limit_units)
     u = geometry.unit
-    for p in lens:
-        if p >= 1:  # an identical resend, every shared prefix of the scope
-            for s in sorted({t for t in lens if t <= p and t % u == 0} | {p}):
-                yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=s),), rules=rules)
-        # a longer lookup sharing the whole stored prompt (and one unit more than it could share)
-        yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p),), rules=rules)
-        if evict and p >= 1:
-            objs = compute_visible(compute_rule_store(rules, geometry, Tokens(p), schedule), Tokens(p),
-                                   compute_lookahead(rules, geometry))
-            last = Rank(geometry.parallel.dcp - 1)
-            for g, t in sorted(objs):
-                yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
-                               evicted=frozenset({(g, t, last)}), rules=rules)
-            if len(objs) > 1:  # an object evicted on every rank
-                g, t = sorted(objs)[len(objs) // 2]
-                yield Scenario(geometry=geometry, prompt=p, stored=(StoredRequest(prompt=p, shared=p),),
-                               evicted=compute_rank_objects(geometry, {(g, t)}), rules=rules)
-        # two stored requests: the lookup shares a prefix with each
-        if p >= 2 * u:
-            yield Scenario(geometry=geometry, prompt=p + u, stored=(StoredRequest(prompt=p, shared=p - u),
-                                                                    StoredRequest(prompt=p + 2 * u, shared=p + u)), rules=rules)
+    for schedule in schedules:
+        base: dict[str, Any] = {"geometry": geometry, "rules": rules}
+        if schedule != BLOCK_SCHEDULE:
+            base["schedule"] = schedule
+        for p in lens:
+            if p >= 1:  # an identical resend, every shared prefix of the scope
+                for s in sorted({t for t in lens if t <= p and t % u == 0} | {p}):
+                    yield {**base, "prompt": p, "stored": (StoredRequest(prompt=p, shared=s),)}
+            # a longer lookup sharing the whole stored prompt (and one unit more than it could share)
+            yield {**base, "prompt": p + u, "stored": (StoredRequest(prompt=p, shared=p),)}
+            if evict and p >= 1:
+                objs = compute_visible(compute_rule_store(rules, geometry, Tokens(p), schedule), Tokens(p),
+                                       compute_lookahead(rules, geometry))
+                last = Rank(geometry.parallel.dcp - 1)
+                for g, t in sorted(objs):
+                    yield {**base, "prompt": p, "stored": (StoredRequest(prompt=p, shared=p),),
+                           "evicted": frozenset({(g, t, last)})}
+                if len(objs) > 1:  # an object evicted on every rank
+                    g, t = sorted(objs)[len(objs) // 2]
+                    yield {**base, "prompt": p, "stored": (StoredRequest(prompt=p, shared=p),),
+                           "evicted": compute_rank_objects(geometry, {(g, t)})}
+            # two stored requests: the lookup shares a prefix with each
+            if p >= 2 * u:
+                yield {**base, "prompt": p + u, "stored": (StoredRequest(prompt=p, shared=p - u),
+                                                           StoredRequest(prompt=p + 2 * u, shared=p + u))}
 
 
 def iterate_all(limit_units: int = 3, evict: bool = True, stride: int = 1, offset: int = 0,
                 dcps: tuple[int, ...] = DCPS, rules: str = PR53324, units: tuple[int, ...] = UNITS,
-                max_q: int = MAX_Q, schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,)) -> Iterator[Scenario]:
-    """Yield every scenario of the scope (geometries offset, offset+stride, ... for parallel workers)."""
-    for k, g in enumerate(iterate_geometries(dcps, units, max_q)):
-        if k % stride == offset:
-            yield from iterate_scenarios(g, limit_units, evict, rules, schedules)
+                max_q: int = MAX_Q, schedules: tuple[Schedule, ...] = (BLOCK_SCHEDULE,),
+                every: int = 1) -> Iterator[Scenario]:
+    """Yield every `every`-th scenario of the scope (geometries offset, offset+stride, ... for parallel workers)."""
+    k = 0
+    for j, g in enumerate(iterate_geometries(dcps, units, max_q)):
+        if j % stride == offset:
+            for kw in _iterate_arguments(g, limit_units, evict, rules, schedules):
+                if k % every == 0:
+                    yield Scenario(**kw)
+                k += 1
 
 
 def _set(xs: tuple[int, ...]) -> str:
