@@ -46,6 +46,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _START.update(wall=time.perf_counter(), cpu=measure_cpu_seconds())
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the rank fork server of this process (an xdist worker's too) and wait for it, so the ranks' CPU time is in
+    the suite's figure (kvspec.impl.cluster.stop_rank_server)."""
+    import sys
+    cluster = sys.modules.get("kvspec.impl.cluster")
+    if cluster is not None:
+        cluster.stop_rank_server()
+
+
 def pytest_terminal_summary(terminalreporter: object, exitstatus: int, config: pytest.Config) -> None:
     """Print the suite's wall and CPU time with this machine's calibration measured now (a figure in loop units)."""
     import time
