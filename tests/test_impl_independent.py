@@ -111,14 +111,17 @@ def test_checks_imports_at_module_top_except_optional_dependencies():
 def test_impl_reads_no_other_objects_private_attributes():
     """impl/'s units talk through their public names: no module reads or writes `x._name` of an object other than
     `self` / `cls` or a class of its own module (the tiny model's rank read the engine's private `_owned`; it is
-    `owned_rows` now)."""
+    `owned_rows` now). One named exception: the standard library's fork server has no public stop (Python 3.11–3.13),
+    and stopping it is what puts the ranks' CPU time into the suite's figure (cluster.stop_rank_server)."""
+    allowed = {("cluster.py", "_forkserver"), ("cluster.py", "_stop")}
     found = []
     for path in sorted(IMPL.glob("*.py")):
         tree = ast.parse(path.read_text())
         mine = {"self", "cls"} | {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                    and not (isinstance(node.value, ast.Name) and node.value.id in mine)):
+                    and not (isinstance(node.value, ast.Name) and node.value.id in mine)
+                    and (path.name, node.attr) not in allowed):
                 found.append(f"{path.name}:{node.lineno}: .{node.attr}")
     assert not found, found
 
