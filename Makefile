@@ -69,11 +69,12 @@ verify: $(STAMP)
 verify-full: $(STAMP)
 	$(BIN)/python -m kvspec.checks verify --full $(VERIFY_ARGS)
 
-# the venvs first, three installs at a time (each is one core: ≈2.5 min on 2 cores instead of ≈5), then the suites;
-# the whole run timed with this machine's calibration against its target (checks/calibration.py, issue 30)
+# the venvs first, three installs at a time (each is one core: ≈2.5 min on 2 cores instead of ≈5), then both suites
+# side by side (the main suite alone leaves a core idle about a fifth of its time; each output is printed whole when
+# its suite ends); the whole run timed with this machine's calibration against its target (checks/calibration.py)
 test:
 	@$(PY) checks/calibration.py --target test -- sh -c '$(MAKE) --no-print-directory -j3 $(SGSRC)/.ready $(VSTAMP) \
-	  $(VSTAMP34) && $(MAKE) --no-print-directory test-main && $(MAKE) --no-print-directory test-vllm'
+	  $(VSTAMP34) && $(MAKE) --no-print-directory -j2 --output-sync=target test-main test-vllm'
 
 # PYTEST_ARGS: e.g. --junitxml=FILE (the workflows); every test has a timeout (pytest-timeout); the 15 slowest
 # tests are listed at the end (CI stays under 30 minutes: look there first)
