@@ -175,6 +175,9 @@ def test_entry_point_under_memory_cap(files):
     assert "hit length: 99999999" in r.stdout and "blocks 0..99999998" in r.stdout
 
 
+# a 10 ms budget ticks often enough to land in Hypothesis' gc callback now and then: that raise is dropped (and printed
+# by pytest as unraisable), the next tick refuses the answer (test_a_budget_raise_python_dropped_is_raised_again)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_an_answer_past_its_cpu_budget_is_refused_by_name(monkeypatch, tmp_path):
     """Issue 30: a CPU-time budget per answer (checks/cli/budget.py; ITIMER_PROF, not wall time): past it, exit 2 naming
     limit-cpu, nothing printed; with --scenarios only that line is an error object. Shown with a budget of 10 ms on
