@@ -672,10 +672,11 @@ def _conform(args: argparse.Namespace) -> int:
             raise SpecError("conform-count", f"--examples must be within 0..100000, got {examples}")
         _need("hypothesis", "conform", "kvspec conform --adapter")
         from kvspec.checks.conform.adapters import format_adapter_report, load_adapter, run_adapter_conformance
-        rep = run_adapter_conformance(load_adapter(args.adapter), rules, examples, args.seed)
+        rep = run_adapter_conformance(load_adapter(args.adapter), rules, examples, args.seed,
+                                      shrink=not args.no_shrink)
         print(json.dumps(rep, indent=2) if args.json else format_adapter_report(rep))
         return 0 if rep["ok"] else 1
-    _refuse_flags(args, f"conform {args.engine} (it draws --count generated scenarios)", ("examples",))
+    _refuse_flags(args, f"conform {args.engine} (it draws --count generated scenarios)", ("examples", "no_shrink"))
     count = 2000 if args.count is None else args.count
     if count < 0 or count > 1_000_000:
         raise SpecError("conform-count", f"--count must be within 0..1000000, got {count}")
@@ -837,6 +838,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the rule set compared with the engine's answers (default {DEFAULT_RULES}): the one the adapter "
                         f"claims, or for vllm the one held against vLLM's code")
     c.add_argument("--examples", type=int, help="--adapter only: scenarios the search tries after the vectors (300)")
+    c.add_argument("--no-shrink", action="store_true",
+                   help="--adapter only: report the search's first disagreement as drawn, not shrunk to a minimal "
+                        "scenario (same verdict, a fraction of the time: for a port's CI; debug with shrinking)")
     c.add_argument("--count", type=int, help="vllm, vllm-lifecycle: generated scenarios, plus the worked examples "
                                              "(2000)")
     c.add_argument("--seed", type=int, default=0, help="seed of the scenario generator")

@@ -304,13 +304,14 @@ class Coverage:
 
 
 def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 300, seed: int = 0,
-                            stop_after: int | None = None) -> dict[str, Any]:
+                            stop_after: int | None = None, shrink: bool = True) -> dict[str, Any]:
     """Run the explain vectors of a rule set, then a Hypothesis search over the claimed classes, against an
     adapter; return the report (coverage table, disagreements with expected vs actual, uncovered claims).
 
     A disagreement found by the search is shrunk by Hypothesis to a minimal scenario and reported as a
-    runnable `kvspec explain` command. `stop_after` k: stop at the k-th vector disagreement (no search; the
-    report says it stopped early).
+    runnable `kvspec explain` command; `shrink=False` reports the first one found as it was drawn (the verdict is
+    the same; shrinking replays the adapter hundreds of times: ≈ 3/4 of a known-bad port's run, measured).
+    `stop_after` k: stop at the k-th vector disagreement (no search; the report says it stopped early).
     """
     try:
         import hypothesis
@@ -356,8 +357,10 @@ def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 
 
     # from Hypothesis's default profile, not whatever profile the caller loaded: a seed gives the same search in
     # the CLI, in pytest under any HYPOTHESIS_PROFILE, and in the docs
-    @settings(settings.get_profile("default"), max_examples=max(examples, 1), deadline=None, database=None,
-              suppress_health_check=list(HealthCheck), derandomize=False, print_blob=False)
+    default = settings.get_profile("default")
+    @settings(default, max_examples=max(examples, 1), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck), derandomize=False, print_blob=False,
+              phases=[p for p in default.phases if shrink or p != hypothesis.Phase.shrink])
     @hypothesis.seed(seed)
     @given(scenarios())
     def search(sc: Any) -> None:
@@ -376,7 +379,7 @@ def run_adapter_conformance(adapter: EngineAdapter, rules: str, examples: int = 
     if found:
         sc, diff = found[0]
         label = cov.add(sc, True)
-        shrunk = {"source": "search", "class": label, **diff, "command": format_explain_command(sc),
+        shrunk = {"source": "search", "shrunk": shrink, "class": label, **diff, "command": format_explain_command(sc),
                   "input": encode_scenario(sc)}
     uncovered = [] if stopped else _uncovered_claims(claims, cov, rules)
     n_bad = len(bad) + (shrunk is not None)
@@ -470,7 +473,8 @@ def _first_difference(want: list[Any], got: list[Any]) -> str:
 
 def format_disagreement(d: dict[str, Any]) -> list[str]:
     """Return the lines of one disagreement: where it comes from, each field expected vs actual, the rerun."""
-    where = f"vector {d['vector']}" if d["source"] == "vector" else "search (shrunk to a minimal scenario)"
+    where = f"vector {d['vector']}" if d["source"] == "vector" else \
+        "search (shrunk to a minimal scenario)" if d["shrunk"] else "search (as drawn, not shrunk: --no-shrink)"
     out = [f"  [{d['class']}] {where}"]
     if "raised" in d:
         out.append(f"    the adapter raised {d['raised']}")
@@ -486,12 +490,14 @@ def format_disagreement(d: dict[str, Any]) -> list[str]:
 
 def format_adapter_report(rep: dict[str, Any]) -> str:
     """Return the readable report of `kvspec conform --adapter`."""
-    bad = rep["vector_disagreements"]
+    bad, found = rep["vector_disagreements"], rep["search_disagreement"]
+    searched = (", a disagreement (shrunk)" if found["shrunk"] else ", a disagreement (as drawn: --no-shrink)") \
+        if found else ", none disagree"
     lines = [f"kvspec conform --adapter {rep['adapter']} against rule set {rep['rules']} ({rep['seconds']} s)",
              f"  vectors: {rep['vectors']} scenarios run ({rep['vectors_not_claimed']} outside the adapter's claims), "
              f"{len(bad)} disagree",
              f"  search: {rep['searched']} scenarios over {rep['coverage']['classes_expressible']} classes"
-             + (", a disagreement (shrunk)" if rep["search_disagreement"] else ", none disagree")]
+             + searched]
     if rep["claims"]:
         lines.append("  claims: " + "; ".join(f"{a} in {v}" for a, v in rep["claims"].items()))
     lines.append("coverage (scenarios run / disagreeing):")
