@@ -16,9 +16,12 @@ def test_unknown_counts_as_failure_in_the_table():
     from kvspec.checks.verify.manifest import Method, Row
     row = Row(id="X@g", statement="s", method=Method.Z3, expected="proved", result="unknown FAIL", ok=False, seconds=0.3,
               detail={"rests_on": "-", "budget_s": 0.3, "reason": "timeout", "precondition": "-", "queries": 2,
-                      "rlimit": 200_000, "rlimit_used": 200_000})
+                      "rlimit": 200_000, "rlimit_used": 200_000, "solver_seconds": 0.26})
     report = summarize([row], fast=True)
     assert report["ok"] is False and "VERIFY: FAILED" in format_table(report)
+    assert "time by method (seconds summed over the parts, all cores): z3 0.3 (0.3 inside Z3's check)" in \
+        format_table(report)  # no calibration in the report: no floor line
+    assert "Z3's check alone" not in format_table(report)
 
 
 
@@ -133,8 +136,14 @@ def test_a_whole_run_is_held_to_its_target(monkeypatch, capsys):
     assert t["wall_loop_units"] == TARGETS["verify"].wall_units == 120
     assert t["met"] == (t["measured"] <= 120) and t["measured"] == round(
         report["wall_seconds"] / report["calibration"]["loop_seconds"])
+    tot, row = report["totals"], report["rows"][0]
+    assert set(tot["seconds_by_method"]) == {"z3"} and tot["seconds_by_method"]["z3"] == round(row["seconds"], 2)
+    assert 0 < row["solver_seconds"] <= row["seconds"] and tot["z3_solver_seconds"] == round(row["solver_seconds"], 2)
     assert runner.run_verify(progress=False) == 0
-    assert "target (issue 30): make verify ≤ 120 wall loop units" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "target (issue 30): make verify ≤ 120 wall loop units" in out
+    assert "time by method (seconds summed over the parts, all cores): z3 " in out and "inside Z3's check" in out
+    assert "Z3's check alone over" in out or tot["z3_solver_seconds"] == 0
 
 
 def test_the_timer_runs_a_command_and_prints_its_figure_against_its_target(capsys):

@@ -97,6 +97,7 @@ class Verdict:
     reason: str = ""
     queries: int = 0  # solver queries answered (conjuncts and side conditions, per solver tried)
     rlimit_used: int = 0  # the most resource units one query took
+    solver_seconds: float = 0.0  # of `seconds`, the time inside Z3's check (the rest builds and walks the queries)
 
 
 def _ints(ops: Z3Ops, names: tuple[str, ...]) -> dict[str, Any]:
@@ -828,8 +829,9 @@ WALL_BACKSTOP_S = 900.0  # per theorem: only a guard against a hang; the budget 
 
 
 def _query(th: Theorem, name: str, q: Query, goal: Any, ops: Z3Ops, guarded: bool, deadline: float,
-           seed: int = 0, share: int = 1) -> tuple[Any, Any, int]:
-    """Return (answer, solver, resource units used) of: is there a model of pre and the definitions where goal fails?"""
+           seed: int = 0, share: int = 1) -> tuple[Any, Any, int, float]:
+    """Return (answer, solver, resource units used, seconds in the check) of: is there a model of pre and the
+    definitions where goal fails?"""
     z3, pre = ops.z3, q.pre
     plain, guards = ops.compute_cone(pre, goal, opaque=q.opaque)
     defs = guards if guarded else plain
@@ -840,12 +842,14 @@ def _query(th: Theorem, name: str, q: Query, goal: Any, ops: Z3Ops, guarded: boo
     solver.add(pre, *defs, z3.Not(goal))
     if th.product_lemmas:
         solver.add(*ops.compute_product_lemmas(pre, goal, *defs))
+    t0 = time.perf_counter()
     res = solver.check()
+    checked = time.perf_counter() - t0
     st = solver.statistics()
     # Z3's resource counter is cumulative per context (one per theorem): a query's use is the difference
     count = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else ops.rlimit_seen  # noqa: SIM118
     used, ops.rlimit_seen = max(0, count - ops.rlimit_seen), max(count, ops.rlimit_seen)
-    return res, solver, used
+    return res, solver, used, checked
 
 
 def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
@@ -866,13 +870,13 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
     goals = [(g, False) for g in (compute_conjuncts(z3, claim) if th.split else [claim])]
     if ops.side:  # with quotient variables, the side conditions are proved with guarded definitions
         goals.append((z3.And(*ops.side), th.div_vars))
-    reasons, queries, most = [], 0, 0
+    reasons, queries, most, solving = [], 0, 0, 0.0
     proved: list[Any] = []  # conjuncts proved so far (sound to assume: each holds under pre and the definitions)
     for goal, guarded in goals:
         query = attrs.evolve(q, pre=z3.And(pre, *proved)) if proved and not guarded else q
         for seed, (name, share) in ((seed, step) for seed in th.seeds for step in th.attempts or ATTEMPTS):
-            res, solver, used = _query(th, name, query, goal, ops, guarded, deadline, seed, share)
-            queries, most = queries + 1, max(most, used)
+            res, solver, used, checked = _query(th, name, query, goal, ops, guarded, deadline, seed, share)
+            queries, most, solving = queries + 1, max(most, used), solving + checked
             if res == z3.unsat:
                 if th.accumulate and not guarded:
                     proved.append(goal)
@@ -883,15 +887,15 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
                 if th.replay is None or th.replay(model):
                     return Verdict(theorem=th, answer="refuted", ok=th.expected == "refuted",
                                    seconds=time.perf_counter() - t0, model=model, queries=queries,
-                                   rlimit_used=most)
+                                   rlimit_used=most, solver_seconds=solving)
                 reasons.append(f"spurious model {model}")  # no counterexample on ints
             else:
                 reasons.append(str(solver.reason_unknown()))
         else:
             return Verdict(theorem=th, answer="unknown", ok=False, seconds=time.perf_counter() - t0,
-                           reason="; ".join(reasons), queries=queries, rlimit_used=most)
+                           reason="; ".join(reasons), queries=queries, rlimit_used=most, solver_seconds=solving)
     return Verdict(theorem=th, answer="proved", ok=th.expected == "proved", seconds=time.perf_counter() - t0,
-                   queries=queries, rlimit_used=most)
+                   queries=queries, rlimit_used=most, solver_seconds=solving)
 
 
 def format_explain_command(model: dict[str, int]) -> str:

@@ -128,7 +128,10 @@ def summarize(rows: list[Row], fast: bool) -> dict[str, Any]:
                        "z3_unknown": sum(r.result.startswith("unknown") for r in z3rows),
                        **{t: sum(r.detail["scenarios"] for r in rows if r.tally == t)
                           for t in (EXHAUSTIVE_INPUTS, LINK_INPUTS)},
-                       "mutants": len(mutants), "mutants_caught": sum(r.ok for r in mutants)}}
+                       "mutants": len(mutants), "mutants_caught": sum(r.ok for r in mutants),
+                       "seconds_by_method": {str(m): round(sum(r.seconds for r in rows if r.method == m), 2)
+                                             for m in Method if any(r.method == m for r in rows)},
+                       "z3_solver_seconds": round(sum(r.detail["solver_seconds"] for r in z3rows), 2)}}
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -154,8 +157,26 @@ def format_table(report: dict[str, Any]) -> str:
     lines.append(f"totals: {t['checks']} checks, {t['failed']} failed; z3 {t['z3_calls']} calls: {t['z3_proved']} proved,"
                  f" {t['z3_refuted']} refuted, {t['z3_unknown']} unknown; exhaustive {t['exhaustive_scenarios']} "
                  f"scenarios; link {t['link_inputs']} inputs; mutants {t['mutants_caught']}/{t['mutants']} caught")
+    lines.append(format_time_by_method(report))
     lines.append("VERIFY: OK" if report["ok"] else "VERIFY: FAILED")
     return "\n".join(lines)
+
+
+def format_time_by_method(report: dict[str, Any]) -> str:
+    """Return where the run's time went: each method's seconds summed over its parts (on every core), Z3's own check
+    time among the proofs', and what that check time alone costs spread over every core (a floor on the wall time
+    of any run that proves the same theorems on this machine: Z3 answers a query on one core)."""
+    t = report["totals"]
+    by = sorted(t["seconds_by_method"].items(), key=lambda kv: -kv[1])
+    words = [f"{m} {s:.1f}" + (f" ({t['z3_solver_seconds']:.1f} inside Z3's check)" if m == str(Method.Z3) else "")
+             for m, s in by]
+    line = f"time by method (seconds summed over the parts, all cores): {', '.join(words)}"
+    cal = report.get("calibration")
+    if cal and t["z3_solver_seconds"]:
+        floor = t["z3_solver_seconds"] / cal["cores"]
+        line += (f"\nZ3's check alone over {cal['cores']} cores: ≥ {floor:.1f} s wall = "
+                 f"{floor / cal['loop_seconds']:.0f} loop units, whatever the rest of the run costs")
+    return line
 
 
 def format_junit(report: dict[str, Any]) -> str:
