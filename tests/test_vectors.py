@@ -19,6 +19,7 @@ VECTORS = ROOT / "vectors" / "cases"
 SCHEMAS = ROOT / "schemas"
 jsonschema = require("jsonschema")  # in requirements/cpu.lock: a skip here would hide a missing install
 referencing = require("referencing")
+jsonschema_rs = require("jsonschema_rs")  # the bulk check of every vector (below)
 
 
 def validator(name: str):
@@ -39,8 +40,19 @@ SCHEMA_OF = {("explain", "input.json"): "scenario.schema.json", ("explain", "exp
              ("keys", "input.json"): "keys-input.schema.json", ("keys", "expected.json"): "keys-expected.schema.json"}
 
 
+def fast_validator(name: str):
+    """Return jsonschema-rs's draft 2020-12 validator for one schema, the others registered by their $id: the same
+    standard as `validator`, compiled (the vector tree's 15,606 documents in 0.5 s instead of 18 s, measured)."""
+    docs = [json.loads(p.read_text()) for p in SCHEMAS.glob("*.schema.json")]
+    registry = jsonschema_rs.Registry([(doc["$id"], doc) for doc in docs])
+    return jsonschema_rs.Draft202012Validator(json.loads((SCHEMAS / name).read_text()), registry=registry)
+
+
 def test_every_vector_file_matches_its_schema():
-    validators = {name: validator(name) for name in {*SCHEMA_OF.values(), "vector-meta.schema.json"}}
+    names = {*SCHEMA_OF.values(), "vector-meta.schema.json"}
+    for name in names:
+        validator(name)  # each schema is itself a valid draft 2020-12 schema (the Python validator's check_schema)
+    validators = {name: fast_validator(name) for name in names}
     n = 0
     for case in VECTORS.glob("*/*/*/*/*"):
         meta = json.loads((case / "meta.json").read_text())
@@ -51,6 +63,21 @@ def test_every_vector_file_matches_its_schema():
             validators[SCHEMA_OF[meta["runner"], f]].validate(json.loads((case / f).read_text()))
         n += 1
     assert n > 700
+
+
+def test_both_validators_refuse_what_the_schemas_refuse():
+    """The compiled validator is not vacuous: a field of the wrong type, a missing required field, a wrong object in
+    a list and a wrong input behind the $ref to another schema fail under it as under the Python validator."""
+    case = sorted(VECTORS.glob("pr53324/explain/outcome/*/*"))[0]
+    good = json.loads((case / "expected.json").read_text())
+    stored = [{**good["stored"][0], "prompt": "seven"}] if good.get("stored") else None
+    broken = [{**good, "hit_length": "x"}, {k: v for k, v in good.items() if k != "hit_length"}]
+    broken += [{**good, "stored": stored}] if stored else []
+    broken.append({**good, "input": {"geometry": "nope"}})  # through the $ref to scenario.schema.json
+    for name, doc in [("outcome.schema.json", good)] + [("outcome.schema.json", b) for b in broken]:
+        slow = not list(validator(name).iter_errors(doc))
+        fast = fast_validator(name).is_valid(doc)
+        assert slow == fast == (doc is good), (name, sorted(doc))
 
 
 def test_committed_vectors_are_what_kvspec_generates(tmp_path):
