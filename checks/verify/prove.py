@@ -771,6 +771,9 @@ HINTS: dict[str, dict[str, Any]] = {
     # seed) seed 1 gives up on it and seed 0 then closes it; the default solver's 40M never did (11 → 6.4 s)
     "LEGACY-D1-SAFE": {SEED: (1, 0, 2), "attempts": (("pipeline", 4),)},
     "F-MAX/z3": {SEED: (2, 0)},  # seed 0: 14.5 s; seeds 1-3: 5-6.5 s
+    "MAX-HIT/z3": {SEED: (3, 0)},  # seed 0: 12.0 s (32.2M units in all); seeds 1, 2: 30.1M, 20.1M; seed 3: 3.7 s (7.7M)
+    # seed 0: 21.7 s (40.3M); seeds 1-7: 78.2, 49.7, 49.8, 38.8, 43.2, 27.5, 71.9M (seed 6: 12.2 s)
+    "MONO-PREFIX/z3@vllm-0.33.0": {SEED: (6, 0)},
     "F-4/z3": {SEED: (1, 0)},  # seed 0: 8.7 s; seed 1: 2.0 s
     "I-20/draft@vllm-0.33.0-lookahead": {SEED: (2, 0)},  # seed 0: 9.8 s; seed 2: 4.7 s
     "I-20@vllm-0.33.0-lookahead": {SEED: (2, 0)},  # seed 0: 5.8 s; seed 2: 2.4 s
