@@ -774,6 +774,10 @@ HINTS: dict[str, dict[str, Any]] = {
     "MAX-HIT/z3": {SEED: (3, 0)},  # seed 0: 12.0 s (32.2M units in all); seeds 1, 2: 30.1M, 20.1M; seed 3: 3.7 s (7.7M)
     # seed 0: 21.7 s (40.3M); seeds 1-7: 78.2, 49.7, 49.8, 38.8, 43.2, 27.5, 71.9M (seed 6: 12.2 s)
     "MONO-PREFIX/z3@vllm-0.33.0": {SEED: (6, 0)},
+    # refuted: any seed's model replays on ints; seed 0: 10.8 s (13.2M); seed 1: 3.7 s (4.9M); seeds 2, 3: 44.7M, 10.2M
+    "MONO-EVICT/z3@vllm-0.33.0": {SEED: (1, 0)},
+    f"MAX-TAIL/z3@vllm-0.33.0-lookahead{ANY_SCHEDULE}": {SEED: (1, 0)},  # seed 0: 17.0M; 1: 10.7M; 2: 12.8M
+    f"I-19@vllm-0.33.0{ANY_SCHEDULE}": {SEED: (3, 0)},  # seed 0: 7.3 s (9.8M); 1, 2: 6.8M, 6.9M; 3: 4.2 s (5.9M)
     "F-4/z3": {SEED: (1, 0)},  # seed 0: 8.7 s; seed 1: 2.0 s
     "I-20/draft@vllm-0.33.0-lookahead": {SEED: (2, 0)},  # seed 0: 9.8 s; seed 2: 4.7 s
     "I-20@vllm-0.33.0-lookahead": {SEED: (2, 0)},  # seed 0: 5.8 s; seed 2: 2.4 s
