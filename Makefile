@@ -18,8 +18,9 @@ UVSTAMP := $(VENV)/.kvspec-uv
 UV_LOCKED = $(UV) pip install -q --require-hashes --compile-bytecode $(TORCH_INDEX)
 
 # Each vLLM release's oracle lives in its own venv: vllm from its wheel without its dependency tree, over the same
-# oracle lock (a whole resolved closure, so one --no-deps install takes both). Adding a release: its wheel lock, a venv here, a row in checks/rulesets.py, a Release entry in
-# checks/conform/vllm_oracle.py (checks/README.md, "Following a vLLM release").
+# oracle lock (a whole resolved closure, so one --no-deps install takes both). Adding a release: its wheel lock, a
+# venv here, a row in checks/rulesets.py, a Release entry in checks/conform/vllm_oracle.py (checks/README.md,
+# "Following a vLLM release").
 VVENV   := .venv-vllm
 VSTAMP  := $(VVENV)/.kvspec-installed
 VVENV34 := .venv-vllm-0.34.0
@@ -41,7 +42,6 @@ $(STAMP): pyproject.toml requirements/cpu.lock $(UVSTAMP)
 	@if [ "$$(id -u)" = "0" ] && ! ldconfig -p | grep -q libibverbs.so.1; then \
 	  echo "installing libibverbs1 (needed by the Mooncake wheel)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs1 >/dev/null; fi
-	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
 	$(UV_LOCKED) --python $(BIN)/python -r requirements/cpu.lock
 	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
 	@touch $(STAMP)

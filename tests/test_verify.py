@@ -143,7 +143,7 @@ def test_a_whole_run_is_held_to_its_target(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "target (issue 30): make verify ≤ 120 wall loop units" in out
     assert "time by method (seconds summed over the parts, all cores): z3 " in out and "inside Z3's check" in out
-    assert "Z3's check alone over" in out or tot["z3_solver_seconds"] == 0
+    assert "Z3's check alone over" in out
 
 
 def test_the_timer_runs_a_command_and_prints_its_figure_against_its_target(capsys):

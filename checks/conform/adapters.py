@@ -513,14 +513,14 @@ def format_adapter_report(rep: dict[str, Any]) -> str:
         shown = ", ".join(rep["uncovered_claims"][:8])
         more = f" and {len(rep['uncovered_claims']) - 8} more" if len(rep["uncovered_claims"]) > 8 else ""
         lines.append(f"  NOT COVERED though claimed: {shown}{more}")
-    everything = bad + ([rep["search_disagreement"]] if rep["search_disagreement"] else [])
+    everything = bad + ([found] if found else [])
     if everything:
         lines.append(f"disagreements ({min(SHOWN, len(bad))} of {len(bad)} vector disagreements shown"
                      + (", --json for all" if len(bad) > SHOWN else "") + "):")
         for d in bad[:SHOWN]:
             lines += format_disagreement(d)
-        if rep["search_disagreement"]:
-            lines += format_disagreement(rep["search_disagreement"])
+        if found:
+            lines += format_disagreement(found)
         classes = sorted({d["class"] for d in everything})
         lines.append(f"failing classes ({len(classes)}): {', '.join(classes[:10])}"
                      + (f" and {len(classes) - 10} more" if len(classes) > 10 else ""))

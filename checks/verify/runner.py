@@ -172,7 +172,7 @@ def format_time_by_method(report: dict[str, Any]) -> str:
              for m, s in by]
     line = f"time by method (seconds summed over the parts, all cores): {', '.join(words)}"
     cal = report.get("calibration")
-    if cal and t["z3_solver_seconds"]:
+    if cal and str(Method.Z3) in t["seconds_by_method"]:
         floor = t["z3_solver_seconds"] / cal["cores"]
         line += (f"\nZ3's check alone over {cal['cores']} cores: ≥ {floor:.1f} s wall = "
                  f"{floor / cal['loop_seconds']:.0f} loop units, whatever the rest of the run costs")
