@@ -86,8 +86,12 @@ def test_bench_efficiency_tables_and_plot(tmp_path, capsys):
     assert conv[("small-dcp2", "replay", "vllm-0.33.0")]["zero_hits"] == 0
     assert conv[("small-dcp2", "replay", "pr53324")]["zero_hits"] > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    # issue 30: the run's own wall and CPU time beside the calibration measured in it
+    assert out["wall_seconds"] > 0 and out["cpu_seconds"] > 0 and out["calibration"]["loop_seconds"] > 0
     svg = tmp_path / "hit.svg"
     assert main(["bench", "--efficiency-only", "--quick", "--plot", str(svg)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("kvspec bench: wall ") and "CPU" in last and "calibration loop" in last and "loop units" in last
     text = svg.read_text()
     assert "pr53324" in text and "vllm-0.33.0" in text and "identical resend" in text and "shared system prompt" in text
     assert out["shared_prompt"] and len(out["shared_prompt"]) == 12

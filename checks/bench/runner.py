@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 
 from kvspec.checks.bench.load import run_load
-from kvspec.checks.calibration import measure_calibration
+from kvspec.checks.calibration import format_calibrated, measure_calibration, measure_cpu_seconds
 from kvspec.checks.conform.adapters import compute_impl_store_rule
 from kvspec.checks.output import write_output_file
 from kvspec.checks.rulesets import list_rules
@@ -493,18 +493,28 @@ def format_bench(out: dict[str, Any]) -> str:
                      f"{', staged' if r['staging'] else ''}): put {r['put_gib_s']['ours']} vs raw "
                      f"{r['put_gib_s']['raw']} GiB/s (ratio {r['put_ratio']}), get {r['get_gib_s']['ours']} vs raw "
                      f"{r['get_gib_s']['raw']} GiB/s (ratio {r['get_ratio']}), same bytes: {r['same_bytes']}")
+    if "wall_seconds" in out and "calibration" in out:
+        lines.append(f"kvspec bench: {format_calibrated(out['wall_seconds'], out['cpu_seconds'], out['calibration'])}")
     return "\n".join(lines)
 
 
 def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool = False,
               dcps: tuple[int, ...] | None = None, tokens: int | None = None, efficiency_only: bool = False,
               plot: str | None = None, deadline_only: bool = False) -> int:
-    """Run the benches, print the summary (or the JSON object) with this machine's calibration; return 0."""
+    """Run the benches, print the summary (or the JSON object) with this machine's calibration and the run's own wall
+    and CPU time (its children's included: the masters and rank processes it waited for); return 0."""
     out: dict[str, Any] = {"calibration": measure_calibration()}
-    if deadline_only:
-        out["deadline"] = bench_deadline()
+    t0, c0 = time.perf_counter(), measure_cpu_seconds()
+
+    def finish() -> int:
+        out["wall_seconds"] = round(time.perf_counter() - t0, 2)
+        out["cpu_seconds"] = round(measure_cpu_seconds() - c0, 2)
         print(json.dumps(out, indent=2) if json_out else format_bench(out))
         return 0
+
+    if deadline_only:
+        out["deadline"] = bench_deadline()
+        return finish()
     if not transfer_only:
         out["efficiency"] = bench_efficiency(step=49 if quick else 7)
         out["conversations"] = bench_conversations(count=4 if quick else 12)
@@ -516,8 +526,7 @@ def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool =
             raise SpecError("output-file", f"cannot write the plot {plot}: {exc}") from None
         out["plot"] = plot
     if efficiency_only:
-        print(json.dumps(out, indent=2) if json_out else format_bench(out))
-        return 0
+        return finish()
     import torch
     out["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     if not transfer_only:
@@ -528,5 +537,4 @@ def run_bench(quick: bool = False, transfer_only: bool = False, json_out: bool =
     out["memcpy_gib_s"] = measure_memcpy_gib_s()
     out["transfer"] = [bench_transfer(dcp=d, tokens=tokens or (16_384 if quick else 32_768),
                                       repeats=2 if quick else 3) for d in (dcps or ((2,) if quick else (2, 4)))]
-    print(json.dumps(out, indent=2) if json_out else format_bench(out))
-    return 0
+    return finish()
