@@ -16,12 +16,13 @@ def test_unknown_counts_as_failure_in_the_table():
     from kvspec.checks.verify.manifest import Method, Row
     row = Row(id="X@g", statement="s", method=Method.Z3, expected="proved", result="unknown FAIL", ok=False, seconds=0.3,
               detail={"rests_on": "-", "budget_s": 0.3, "reason": "timeout", "precondition": "-", "queries": 2,
-                      "rlimit": 200_000, "rlimit_used": 200_000, "solver_seconds": 0.26})
+                      "rlimit": 200_000, "rlimit_used": 200_000, "solver_seconds": 0.26, "rlimit_total": 250_000})
     report = summarize([row], fast=True)
     assert report["ok"] is False and "VERIFY: FAILED" in format_table(report)
     assert "time by method (seconds summed over the parts, all cores): z3 0.3 (0.3 inside Z3's check)" in \
         format_table(report)  # no calibration in the report: no floor line
     assert "Z3's check alone" not in format_table(report)
+    assert "Z3's work: 0.2M resource units" in format_table(report) and "calibration units" not in format_table(report)
 
 
 
@@ -139,11 +140,32 @@ def test_a_whole_run_is_held_to_its_target(monkeypatch, capsys):
     tot, row = report["totals"], report["rows"][0]
     assert set(tot["seconds_by_method"]) == {"z3"} and tot["seconds_by_method"]["z3"] == round(row["seconds"], 2)
     assert 0 < row["solver_seconds"] <= row["seconds"] and tot["z3_solver_seconds"] == round(row["solver_seconds"], 2)
+    # Z3's work in resource units: every query's, at least the largest one's, the same in a second run (deterministic)
+    assert tot["z3_units"] == row["rlimit_total"] >= row["rlimit_used"] > 0
+    z = report["calibration"]["z3"]
+    assert z["seconds"] > 0 and z["units"] > 0 and z["z3"]
     assert runner.run_verify(progress=False) == 0
     out = capsys.readouterr().out
     assert "target (issue 30): make verify ≤ 120 wall loop units" in out
     assert "time by method (seconds summed over the parts, all cores): z3 " in out and "inside Z3's check" in out
     assert "Z3's check alone over" in out
+    assert f"Z3's work: {row['rlimit_total'] / 1e6:.1f}M resource units" in out and "Z3 calibration units" in out
+
+
+def test_z3_work_and_calibration_are_machine_independent_counts():
+    """The fixed calibration query and a theorem take the same resource units every time (only their seconds vary
+    with the machine); a theorem's total counts every query it posed, the attempts that gave up included."""
+    import attrs
+
+    from kvspec.checks.verify.prove import compute_theorems, measure_z3_calibration, prove
+    a, b = measure_z3_calibration(), measure_z3_calibration()
+    assert a["units"] == b["units"] > 100_000
+    th = {t.name: t for t in compute_theorems()}["F-1/z3"]
+    v1, v2 = prove(th), prove(th)
+    assert v1.answer == v2.answer == "proved" and v1.queries >= 2
+    assert v1.rlimit_total == v2.rlimit_total > v1.rlimit_used > 0  # the sum over its queries, not the largest
+    starved = prove(attrs.evolve(th, rlimit=8))  # each solver of the portfolio gives up on the first query
+    assert starved.answer == "unknown" and starved.queries == 2 and starved.rlimit_total > starved.rlimit_used
 
 
 def test_the_timer_runs_a_command_and_prints_its_figure_against_its_target(capsys):

@@ -148,6 +148,7 @@ class TheoremPart:
     model: dict[str, int] | None
     command: str | None = None
     solver_seconds: float = 0.0  # of `seconds`, inside Z3's check
+    rlimit_total: int = 0  # the resource units of all its queries (Z3's work: machine-independent)
 
     def summary(self) -> str:
         """Return the progress line's result: Z3's answer."""
@@ -243,14 +244,14 @@ class TheoremCheck(OneRow):
         th = _theorems()[self.id]
         v = prove(th)
         return TheoremPart(answer=v.answer, ok=v.ok, seconds=v.seconds, queries=v.queries, rlimit_used=v.rlimit_used,
-                           reason=v.reason, model=v.model, solver_seconds=v.solver_seconds,
+                           reason=v.reason, model=v.model, solver_seconds=v.solver_seconds, rlimit_total=v.rlimit_total,
                            command=th.explain(v.model) if v.model is not None and th.explain is not None else None)
 
     def render(self, results: list[Part]) -> tuple[Row, ...]:
         th, r = _theorems()[self.id], cast(TheoremPart, results[0])
         detail: dict[str, Any] = {"rests_on": th.rests_on, "budget_s": th.budget_s, "precondition": th.precondition,
                                   "queries": r.queries, "rlimit": th.rlimit, "rlimit_used": r.rlimit_used,
-                                  "solver_seconds": round(r.solver_seconds, 3)}
+                                  "solver_seconds": round(r.solver_seconds, 3), "rlimit_total": r.rlimit_total}
         if r.model is not None:
             detail["counterexample"] = r.model
         if r.command is not None:

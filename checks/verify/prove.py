@@ -98,6 +98,7 @@ class Verdict:
     queries: int = 0  # solver queries answered (conjuncts and side conditions, per solver tried)
     rlimit_used: int = 0  # the most resource units one query took
     solver_seconds: float = 0.0  # of `seconds`, the time inside Z3's check (the rest builds and walks the queries)
+    rlimit_total: int = 0  # the resource units of all its queries: Z3's work, the same on every machine and run
 
 
 def _ints(ops: Z3Ops, names: tuple[str, ...]) -> dict[str, Any]:
@@ -890,13 +891,13 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
     goals = [(g, False) for g in (compute_conjuncts(z3, claim) if th.split else [claim])]
     if ops.side:  # with quotient variables, the side conditions are proved with guarded definitions
         goals.append((z3.And(*ops.side), th.div_vars))
-    reasons, queries, most, solving = [], 0, 0, 0.0
+    reasons, queries, most, solving, work = [], 0, 0, 0.0, 0
     proved: list[Any] = []  # conjuncts proved so far (sound to assume: each holds under pre and the definitions)
     for goal, guarded in goals:
         query = attrs.evolve(q, pre=z3.And(pre, *proved)) if proved and not guarded else q
         for seed, (name, share) in ((seed, step) for seed in th.seeds for step in th.attempts or ATTEMPTS):
             res, solver, used, checked = _query(th, name, query, goal, ops, guarded, deadline, seed, share)
-            queries, most, solving = queries + 1, max(most, used), solving + checked
+            queries, most, solving, work = queries + 1, max(most, used), solving + checked, work + used
             if res == z3.unsat:
                 if th.accumulate and not guarded:
                     proved.append(goal)
@@ -907,15 +908,40 @@ def prove(th: Theorem, timeout_s: float | None = None) -> Verdict:
                 if th.replay is None or th.replay(model):
                     return Verdict(theorem=th, answer="refuted", ok=th.expected == "refuted",
                                    seconds=time.perf_counter() - t0, model=model, queries=queries,
-                                   rlimit_used=most, solver_seconds=solving)
+                                   rlimit_used=most, solver_seconds=solving, rlimit_total=work)
                 reasons.append(f"spurious model {model}")  # no counterexample on ints
             else:
                 reasons.append(str(solver.reason_unknown()))
         else:
             return Verdict(theorem=th, answer="unknown", ok=False, seconds=time.perf_counter() - t0,
-                           reason="; ".join(reasons), queries=queries, rlimit_used=most, solver_seconds=solving)
+                           reason="; ".join(reasons), queries=queries, rlimit_used=most, solver_seconds=solving,
+                           rlimit_total=work)
     return Verdict(theorem=th, answer="proved", ok=th.expected == "proved", seconds=time.perf_counter() - t0,
-                   queries=queries, rlimit_used=most, solver_seconds=solving)
+                   queries=queries, rlimit_used=most, solver_seconds=solving, rlimit_total=work)
+
+
+Z3_CALIBRATION_HOLES = 6  # the fixed Z3 query: 7 pigeons in 6 holes (≈1.0M resource units, ≈0.1 s on this project's VM)
+
+
+def measure_z3_calibration() -> dict[str, Any]:
+    """Return this machine's Z3 calibration, beside the Python loop's (checks/calibration.py): the best of three times
+    of one fixed query in a fresh context — n + 1 integers in [0, n), pairwise distinct (unsat), seed 0 — with the
+    resource units it took (the same on every machine: a changed count means another Z3, not another machine)."""
+    import z3
+
+    n, best, units = Z3_CALIBRATION_HOLES, float("inf"), 0
+    for _ in range(3):
+        ctx = z3.Context()
+        solver = z3.Solver(ctx=ctx)
+        solver.set("random_seed", 0)
+        xs = [z3.Int(f"p{i}", ctx) for i in range(n + 1)]
+        solver.add(*(z3.And(x >= 0, x < n) for x in xs), z3.Distinct(*xs))
+        t0 = time.perf_counter()
+        assert solver.check() == z3.unsat
+        best = min(best, time.perf_counter() - t0)
+        units = int(solver.statistics().get_key_value("rlimit count"))
+    return {"seconds": round(best, 4), "units": units, "query": f"{n + 1} distinct integers in [0, {n}) (pigeonhole), "
+            f"seed 0, best of 3", "z3": z3.get_version_string()}
 
 
 def format_explain_command(model: dict[str, int]) -> str:

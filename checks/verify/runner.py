@@ -36,7 +36,7 @@ from kvspec.checks.verify.manifest import (
     Row,
     compute_manifest,
 )
-from kvspec.checks.verify.prove import SCOPE
+from kvspec.checks.verify.prove import SCOPE, measure_z3_calibration
 from kvspec.spec.errors import SpecError
 
 
@@ -131,7 +131,8 @@ def summarize(rows: list[Row], fast: bool) -> dict[str, Any]:
                        "mutants": len(mutants), "mutants_caught": sum(r.ok for r in mutants),
                        "seconds_by_method": {str(m): round(sum(r.seconds for r in rows if r.method == m), 2)
                                              for m in Method if any(r.method == m for r in rows)},
-                       "z3_solver_seconds": round(sum(r.detail["solver_seconds"] for r in z3rows), 2)}}
+                       "z3_solver_seconds": round(sum(r.detail["solver_seconds"] for r in z3rows), 2),
+                       "z3_units": sum(r.detail["rlimit_total"] for r in z3rows)}}
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -176,6 +177,14 @@ def format_time_by_method(report: dict[str, Any]) -> str:
         floor = t["z3_solver_seconds"] / cal["cores"]
         line += (f"\nZ3's check alone over {cal['cores']} cores: ≥ {floor:.1f} s wall = "
                  f"{floor / cal['loop_seconds']:.0f} loop units, whatever the rest of the run costs")
+    if str(Method.Z3) in t["seconds_by_method"]:
+        line += (f"\nZ3's work: {t['z3_units'] / 1e6:.1f}M resource units over every query (the same on any machine "
+                 f"for the same theorems, seeds and Z3: compare runs by it)")
+        if cal and "z3" in cal:
+            z = cal["z3"]
+            line += (f"; its check time {t['z3_solver_seconds']:.1f} s = "
+                     f"{t['z3_solver_seconds'] / z['seconds']:.0f} Z3 calibration units (the fixed query, "
+                     f"{z['units'] / 1e6:.2f}M units: {z['seconds']} s here, Z3 {z['z3']})")
     return line
 
 
@@ -207,6 +216,7 @@ def run_verify(json_out: bool = False, fast: bool = False, junit: str | None = N
     if junit and os.path.isdir(junit):  # refused before the run, not after it
         raise SpecError("output-file", f"--junit {junit} is a directory; name a file")
     calibration = measure_calibration()  # this machine, measured in the same run (checks/calibration.py)
+    calibration["z3"] = measure_z3_calibration()  # and its Z3 speed on a fixed query (prove.py)
     t0, c0 = time.perf_counter(), measure_cpu_seconds()
     report = summarize(collect(fast, progress=progress, only=only, full=full), fast)
     report["wall_seconds"] = round(time.perf_counter() - t0, 2)
