@@ -22,7 +22,8 @@ def test_unknown_counts_as_failure_in_the_table():
     assert "time by method (seconds summed over the parts, all cores): z3 0.3 (0.3 inside Z3's check)" in \
         format_table(report)  # no calibration in the report: no floor line
     assert "Z3's check alone" not in format_table(report)
-    assert "Z3's work: 0.2M resource units" in format_table(report) and "calibration units" not in format_table(report)
+    assert "Z3's work: 0.2M resource units" in format_table(report) and "checked at 0.96M units/s" in \
+        format_table(report) and "fixed Z3 query" not in format_table(report)  # no calibration in the report
 
 
 
@@ -149,7 +150,8 @@ def test_a_whole_run_is_held_to_its_target(monkeypatch, capsys):
     assert "target (issue 30): make verify ≤ 120 wall loop units" in out
     assert "time by method (seconds summed over the parts, all cores): z3 " in out and "inside Z3's check" in out
     assert "Z3's check alone over" in out
-    assert f"Z3's work: {row['rlimit_total'] / 1e6:.1f}M resource units" in out and "Z3 calibration units" in out
+    assert f"Z3's work: {row['rlimit_total'] / 1e6:.1f}M resource units" in out and "M units/s" in out
+    assert "the fixed Z3 query alone before the run" in out
 
 
 def test_z3_work_and_calibration_are_machine_independent_counts():
