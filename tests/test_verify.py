@@ -141,7 +141,7 @@ def test_a_whole_run_is_held_to_its_target(monkeypatch, capsys):
     tot, row = report["totals"], report["rows"][0]
     assert set(tot["seconds_by_method"]) == {"z3"} and tot["seconds_by_method"]["z3"] == round(row["seconds"], 2)
     assert 0 < row["solver_seconds"] <= row["seconds"] and tot["z3_solver_seconds"] == round(row["solver_seconds"], 2)
-    # Z3's work in resource units: every query's, at least the largest one's, the same in a second run (deterministic)
+    # Z3's work in resource units: every query's, at least the largest one's (deterministic: the test below)
     assert tot["z3_units"] == row["rlimit_total"] >= row["rlimit_used"] > 0
     z = report["calibration"]["z3"]
     assert z["seconds"] > 0 and z["units"] > 0 and z["z3"]

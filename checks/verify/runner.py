@@ -173,19 +173,20 @@ def format_time_by_method(report: dict[str, Any]) -> str:
              for m, s in by]
     line = f"time by method (seconds summed over the parts, all cores): {', '.join(words)}"
     cal = report.get("calibration")
-    if cal and str(Method.Z3) in t["seconds_by_method"]:
+    if str(Method.Z3) not in t["seconds_by_method"]:
+        return line
+    if cal:
         floor = t["z3_solver_seconds"] / cal["cores"]
         line += (f"\nZ3's check alone over {cal['cores']} cores: ≥ {floor:.1f} s wall = "
                  f"{floor / cal['loop_seconds']:.0f} loop units, whatever the rest of the run costs")
-    if str(Method.Z3) in t["seconds_by_method"]:
-        rate = t["z3_units"] / max(t["z3_solver_seconds"], 1e-9) / 1e6
-        line += (f"\nZ3's work: {t['z3_units'] / 1e6:.1f}M resource units over every query (the same on any machine "
-                 f"for the same theorems, seeds and Z3: compare runs by it), checked at {rate:.2f}M units/s")
-        if cal and "z3" in cal:
-            z = cal["z3"]
-            line += (f"; the fixed Z3 query alone before the run: {z['units'] / 1e6:.2f}M units in {z['seconds']} s = "
-                     f"{z['units'] / z['seconds'] / 1e6:.1f}M units/s (Z3 {z['z3']}; another mix of work, compare "
-                     f"each rate with its own from another run)")
+    rate = t["z3_units"] / max(t["z3_solver_seconds"], 1e-9) / 1e6
+    line += (f"\nZ3's work: {t['z3_units'] / 1e6:.1f}M resource units over every query (the same on any machine "
+             f"for the same theorems, seeds and Z3: compare runs by it), checked at {rate:.2f}M units/s")
+    if cal and "z3" in cal:
+        z = cal["z3"]
+        line += (f"; the fixed Z3 query alone before the run: {z['units'] / 1e6:.2f}M units in {z['seconds']} s = "
+                 f"{z['units'] / z['seconds'] / 1e6:.1f}M units/s (Z3 {z['z3']}; another mix of work, compare "
+                 f"each rate with its own from another run)")
     return line
 
 
